@@ -1,0 +1,94 @@
+"""Source positions and user-facing errors.
+
+Every stage reports problems in the user's `.mask` file through `MaskError`, which carries one or more
+`Diagnostic`s. Each diagnostic points at a `Span` and renders as `path:line:col: error: message`, the
+source line and a caret, the format compilers and editors understand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A region of a source file; lines and columns are 1-based, `end_col` is exclusive."""
+
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+
+    @staticmethod
+    def unknown() -> "Span":
+        return Span(0, 0, 0, 0)
+
+    def merge(self, other: "Span") -> "Span":
+        """The smallest span covering both."""
+        if self.line == 0:
+            return other
+        if other.line == 0:
+            return self
+        start = min((self.line, self.col), (other.line, other.col))
+        end = max((self.end_line, self.end_col), (other.end_line, other.end_col))
+        return Span(start[0], start[1], end[0], end[1])
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """The text of one `.mask` file and the name it is reported under."""
+
+    path: str
+    text: str
+
+    def line_text(self, line: int) -> str:
+        lines = self.text.splitlines()
+        return lines[line - 1] if 1 <= line <= len(lines) else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    span: Span
+    message: str
+    severity: str = "error"
+    notes: tuple[str, ...] = ()
+
+    def render(self, source: Source | None) -> str:
+        path = source.path if source is not None else "<mask>"
+        if self.span.line == 0:
+            head = f"{path}: {self.severity}: {self.message}"
+            return "\n".join([head, *(f"  note: {n}" for n in self.notes)])
+        head = f"{path}:{self.span.line}:{self.span.col}: {self.severity}: {self.message}"
+        out = [head]
+        if source is not None:
+            text = source.line_text(self.span.line).expandtabs(1)
+            if text:
+                # Carets cover the span on its first line (at least one character).
+                end = self.span.end_col if self.span.end_line == self.span.line else len(text) + 1
+                width = max(1, min(end, len(text) + 1) - self.span.col)
+                gutter = f"{self.span.line:>4} | "
+                out.append(gutter + text)
+                out.append(" " * (len(gutter) - 2) + "| " + " " * (self.span.col - 1) + "^" * width)
+        out.extend(f"  note: {n}" for n in self.notes)
+        return "\n".join(out)
+
+
+class MaskError(Exception):
+    """An error in the user's mask or its parameters: reported, never a traceback (exit code 1)."""
+
+    def __init__(self, diagnostics: list[Diagnostic] | Diagnostic, source: Source | None = None):
+        if isinstance(diagnostics, Diagnostic):
+            diagnostics = [diagnostics]
+        self.diagnostics = list(diagnostics)
+        self.source = source
+        super().__init__(self.render())
+
+    def with_source(self, source: Source) -> "MaskError":
+        return self if self.source is not None else MaskError(self.diagnostics, source)
+
+    def render(self) -> str:
+        return "\n".join(d.render(self.source) for d in self.diagnostics)
+
+
+def error(span: Span, message: str, *notes: str) -> MaskError:
+    return MaskError(Diagnostic(span, message, notes=tuple(notes)))

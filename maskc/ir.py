@@ -1,0 +1,359 @@
+"""The intermediate representation: the contract between maskc's stages.
+
+A `Program` is a layout of named segments over one sequence and a list of `Region`s; a (q, k) pair is
+visible when any region's q side holds q, its k side holds k, and its predicate is true. Everything is a
+frozen, slotted dataclass with tuples for children, so passes cannot mutate what they are given and two
+IRs compare by value. Spans are kept for diagnostics but ignored by equality, so a pass can compare
+predicates written in different places.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Callable, Iterator, Union
+
+from .diagnostics import Source, Span
+
+_NOSPAN = field(default=Span.unknown(), compare=False, repr=False, kw_only=True)
+
+# ---------------------------------------------------------------------------------------------------
+# Expressions
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Const:
+    value: int | bool
+    span: Span = _NOSPAN
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """A scalar parameter, or the built-in sequence length `n`."""
+
+    name: str
+    span: Span = _NOSPAN
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """An attribute of the query or key token.
+
+    attr: `index` (position in the sequence, written `q`), `pos` (position inside its segment, `q.pos`),
+    or the grid coordinates `t`, `y`, `x` of a token of a grid segment.
+    """
+
+    side: str  # "q" | "k"
+    attr: str  # "index" | "pos" | "t" | "y" | "x"
+    span: Span = _NOSPAN
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """The family index of the segment holding the q (or k) token: `i` in `R[i] -> ...`."""
+
+    side: str
+    span: Span = _NOSPAN
+
+
+@dataclass(frozen=True, slots=True)
+class FamilyIndex:
+    """The member index inside a family's length expression: `i` in `R[i] = responses[i]`."""
+
+    span: Span = _NOSPAN
+
+
+@dataclass(frozen=True, slots=True)
+class Unary:
+    op: str  # "neg" | "not" | "abs"
+    arg: "Expr"
+    span: Span = _NOSPAN
+
+
+@dataclass(frozen=True, slots=True)
+class Binary:
+    """Integer arithmetic. `//` and `%` round toward negative infinity, as in Python."""
+
+    op: str  # "+" | "-" | "*" | "//" | "%" | "min" | "max"
+    lhs: "Expr"
+    rhs: "Expr"
+    span: Span = _NOSPAN
+
+
+@dataclass(frozen=True, slots=True)
+class Pow:
+    base: "Expr"
+    exponent: int  # a non-negative constant
+    span: Span = _NOSPAN
+
+
+@dataclass(frozen=True, slots=True)
+class Compare:
+    op: str  # "<" | "<=" | ">" | ">=" | "==" | "!="
+    lhs: "Expr"
+    rhs: "Expr"
+    span: Span = _NOSPAN
+
+
+@dataclass(frozen=True, slots=True)
+class Logic:
+    op: str  # "and" | "or"
+    args: tuple["Expr", ...]
+    span: Span = _NOSPAN
+
+
+@dataclass(frozen=True, slots=True)
+class Index:
+    """An element of a list parameter: `parent[k]`, `layout[q // 64][k // 64]`."""
+
+    array: str
+    indices: tuple["Expr", ...]
+    span: Span = _NOSPAN
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayLen:
+    array: str
+    span: Span = _NOSPAN
+
+
+@dataclass(frozen=True, slots=True)
+class ArraySum:
+    array: str
+    span: Span = _NOSPAN
+
+
+@dataclass(frozen=True, slots=True)
+class Ancestor:
+    """True when `ancestor` is `node` or one of its ancestors in the tree `parent[]` (roots have -1)."""
+
+    array: str
+    node: "Expr"
+    ancestor: "Expr"
+    span: Span = _NOSPAN
+
+
+Expr = Union[
+    Const, Param, Token, Member, FamilyIndex, Unary, Binary, Pow, Compare, Logic, Index, ArrayLen, ArraySum,
+    Ancestor,
+]
+
+TRUE = Const(True)
+FALSE = Const(False)
+
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    if isinstance(e, (Unary,)):
+        return (e.arg,)
+    if isinstance(e, (Binary, Compare)):
+        return (e.lhs, e.rhs)
+    if isinstance(e, Pow):
+        return (e.base,)
+    if isinstance(e, Logic):
+        return e.args
+    if isinstance(e, Index):
+        return e.indices
+    if isinstance(e, Ancestor):
+        return (e.node, e.ancestor)
+    return ()
+
+
+def with_children(e: Expr, new: tuple[Expr, ...]) -> Expr:
+    if isinstance(e, Unary):
+        return replace(e, arg=new[0])
+    if isinstance(e, (Binary, Compare)):
+        return replace(e, lhs=new[0], rhs=new[1])
+    if isinstance(e, Pow):
+        return replace(e, base=new[0])
+    if isinstance(e, Logic):
+        return replace(e, args=tuple(new))
+    if isinstance(e, Index):
+        return replace(e, indices=tuple(new))
+    if isinstance(e, Ancestor):
+        return replace(e, node=new[0], ancestor=new[1])
+    return e
+
+
+def walk(e: Expr) -> Iterator[Expr]:
+    """Every node of `e`, parents before children."""
+    yield e
+    for c in children(e):
+        yield from walk(c)
+
+
+def rewrite(e: Expr, fn: Callable[[Expr], Expr]) -> Expr:
+    """Rebuild `e` bottom-up, applying `fn` to every node after its children were rewritten."""
+    kids = children(e)
+    if kids:
+        new = tuple(rewrite(c, fn) for c in kids)
+        if new != kids:
+            e = with_children(e, new)
+    return fn(e)
+
+
+def conjuncts(e: Expr) -> tuple[Expr, ...]:
+    if isinstance(e, Logic) and e.op == "and":
+        return tuple(c for a in e.args for c in conjuncts(a))
+    if e == TRUE:
+        return ()
+    return (e,)
+
+
+def conjoin(parts: tuple[Expr, ...] | list[Expr], span: Span = Span.unknown()) -> Expr:
+    parts = tuple(parts)
+    if not parts:
+        return TRUE
+    if len(parts) == 1:
+        return parts[0]
+    return Logic("and", parts, span=span)
+
+
+def arrays_used(e: Expr) -> set[str]:
+    return {n.array for n in walk(e) if isinstance(n, (Index, ArrayLen, ArraySum, Ancestor))}
+
+
+def params_used(e: Expr) -> set[str]:
+    return {n.name for n in walk(e) if isinstance(n, Param)}
+
+
+def uses_side(e: Expr, side: str) -> bool:
+    return any(isinstance(n, (Token, Member)) and n.side == side for n in walk(e))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Printing (for `maskc explain` and the comments in generated code)
+# ---------------------------------------------------------------------------------------------------
+
+_PRECEDENCE = {"or": 1, "and": 2, "not": 3, "cmp": 4, "+": 5, "-": 5, "*": 6, "//": 6, "%": 6, "neg": 7, "^": 8}
+
+
+def show(e: Expr, parent: int = 0) -> str:
+    """The expression in the language's own syntax, parenthesised only where needed."""
+
+    def wrap(text: str, prec: int) -> str:
+        return f"({text})" if prec < parent else text
+
+    if isinstance(e, Const):
+        return ("true" if e.value else "false") if isinstance(e.value, bool) else str(e.value)
+    if isinstance(e, Param):
+        return e.name
+    if isinstance(e, Token):
+        return e.side if e.attr == "index" else f"{e.side}.{e.attr}"
+    if isinstance(e, Member):
+        return f"{e.side}.member"
+    if isinstance(e, FamilyIndex):
+        return "i"
+    if isinstance(e, Unary):
+        if e.op == "abs":
+            return f"abs({show(e.arg)})"
+        if e.op == "not":
+            return wrap(f"not {show(e.arg, _PRECEDENCE['not'])}", _PRECEDENCE["not"])
+        return wrap(f"-{show(e.arg, _PRECEDENCE['neg'] + 1)}", _PRECEDENCE["neg"])
+    if isinstance(e, Binary):
+        if e.op in ("min", "max"):
+            return f"{e.op}({show(e.lhs)}, {show(e.rhs)})"
+        p = _PRECEDENCE[e.op]
+        return wrap(f"{show(e.lhs, p)} {e.op} {show(e.rhs, p + 1)}", p)
+    if isinstance(e, Pow):
+        p = _PRECEDENCE["^"]
+        return wrap(f"{show(e.base, p + 1)}^{e.exponent}", p)
+    if isinstance(e, Compare):
+        p = _PRECEDENCE["cmp"]
+        return wrap(f"{show(e.lhs, p + 1)} {e.op} {show(e.rhs, p + 1)}", p)
+    if isinstance(e, Logic):
+        p = _PRECEDENCE[e.op]
+        return wrap(f" {e.op} ".join(show(a, p + 1) for a in e.args), p)
+    if isinstance(e, Index):
+        return e.array + "".join(f"[{show(i)}]" for i in e.indices)
+    if isinstance(e, ArrayLen):
+        return f"len({e.array})"
+    if isinstance(e, ArraySum):
+        return f"sum({e.array})"
+    if isinstance(e, Ancestor):
+        return f"ancestor({e.array}, {show(e.node)}, {show(e.ancestor)})"
+    raise TypeError(f"not an expression: {e!r}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Program structure
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ParamType:
+    elem: str  # "int" | "bool"
+    depth: int = 0  # 0: scalar, 1: list, 2: list of lists
+
+    def __str__(self) -> str:
+        return "[" * self.depth + self.elem + "]" * self.depth
+
+
+@dataclass(frozen=True, slots=True)
+class ParamDecl:
+    name: str
+    type: ParamType
+    const: bool = False
+    default: object = None  # int | bool | tuple (lists are tuples) | None
+    span: Span = _NOSPAN
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One entry of the layout. Segments are laid out in declaration order and tile [0, n) exactly.
+
+    kind "single": `length` tokens. kind "family": `count` members, member i has `length` tokens
+    (an expression in `FamilyIndex`), laid out back to back. kind "grid": `dims` = (h, w) or (t, h, w),
+    row-major, `h*w` (or `t*h*w`) tokens with coordinates.
+    """
+
+    name: str
+    kind: str
+    length: Expr | None = None
+    count: Expr | None = None
+    dims: tuple[Expr, ...] = ()
+    span: Span = _NOSPAN
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    """The segments one side of a region covers, in layout order."""
+
+    segments: tuple[str, ...]
+    span: Span = _NOSPAN
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    q: Side
+    k: Side
+    pred: Expr
+    rule: str = field(default="", compare=False)  # the source rule(s), for comments and `explain`
+    span: Span = _NOSPAN
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    name: str
+    params: tuple[ParamDecl, ...]
+    segments: tuple[Segment, ...]
+    regions: tuple[Region, ...]
+    batch: tuple[tuple[tuple[str, object], ...], ...] = ()  # default jagged batch: per sequence (name, value)
+    consts: tuple[tuple[str, object], ...] = ()  # values bound to `const` parameters for this compile
+    source: Source | None = field(default=None, compare=False, repr=False)
+
+    def param(self, name: str) -> ParamDecl | None:
+        return next((p for p in self.params if p.name == name), None)
+
+    def segment(self, name: str) -> Segment:
+        return next(s for s in self.segments if s.name == name)
+
+    def segment_index(self, name: str) -> int:
+        return next(i for i, s in enumerate(self.segments) if s.name == name)
+
+    @property
+    def runtime_params(self) -> tuple[ParamDecl, ...]:
+        return tuple(p for p in self.params if not p.const and p.name != "n")
+
+
+def node_fields(obj) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(obj))
