@@ -1,0 +1,43 @@
+"""The front end in one call: `.mask` text -> parse -> check -> lower -> `ir.Program`.
+
+Every problem with the input, including an unreadable file, comes out as a `MaskError` that carries
+the `Source`, so it renders as `path:line:col: error: ...` with the offending line.
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import ir
+from .check import check
+from .diagnostics import Diagnostic, MaskError, Source, Span
+from .lower import lower
+from .syntax import parse
+
+
+def read_program(text: str, path: str = "<mask>") -> ir.Program:
+    source = Source(path, text)
+    try:
+        ast = parse(text, path)
+        check(ast, source)
+        return lower(ast, source)
+    except MaskError as e:
+        raise e.with_source(source) from None
+    except RecursionError:  # only a pathological file nests deep enough for the recursive passes
+        raise MaskError(Diagnostic(Span.unknown(), "expressions are nested too deeply"), source) from None
+
+
+def read_file(path: str | os.PathLike) -> ir.Program:
+    name = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise MaskError(Diagnostic(Span.unknown(), f"cannot read {name}: {e.strerror or e}"), Source(name, "")) from None
+    try:
+        text = data.decode("utf-8-sig")  # an editor's byte-order mark is not part of the mask
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        message = f"{name} is not UTF-8 text: byte 0x{data[e.start]:02x} on line {line} cannot be decoded"
+        raise MaskError(Diagnostic(Span.unknown(), message), Source(name, "")) from None
+    return read_program(text, name)

@@ -1,0 +1,599 @@
+"""The syntax of `.mask` files: the AST, and `parse` to build it.
+
+`grammar/mask.lark` is parsed by Lark (LALR, basic lexer, so keywords are reserved everywhere). The tree
+Lark builds is then walked into the frozen dataclasses below, each carrying the `Span` of its source
+text. Lark's exceptions never escape: they become `MaskError`s that name the unexpected token in words
+and say what would have been accepted.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from typing import Iterator, Union
+
+import lark
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+
+from .diagnostics import Diagnostic, MaskError, Source, Span, error
+from .resources import resource_dir
+
+KEYWORDS = frozenset(
+    "mask segments rules batch where full causal diag grid and or not true false const int bool".split()
+)
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+# ---------------------------------------------------------------------------------------------------
+# The AST
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Name:
+    """An identifier as written: in a declaration, or as a reference in an expression."""
+
+    text: str
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class IntLit:
+    value: int
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class BoolLit:
+    value: bool
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class ListLit:
+    """A list literal, only in defaults and batch lines: `[1, 2]`, `[[true], [false]]`, `[]`."""
+
+    items: tuple["Literal", ...]
+    span: Span
+
+
+Literal = Union[IntLit, BoolLit, ListLit]
+
+
+@dataclass(frozen=True, slots=True)
+class Attribute:
+    """`q.pos`, `k.y`: an attribute of a token (the checker makes sure `base` is `q` or `k`)."""
+
+    base: Name
+    attr: Name
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A built-in function: `abs min max clamp len sum ancestor`."""
+
+    func: Name
+    args: tuple["Expr", ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Subscript:
+    """An element of a list parameter: `docs[i]`, `layout[q // 128][k // 128]`."""
+
+    array: Name
+    indices: tuple["Expr", ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class UnaryOp:
+    op: str  # "-" | "not"
+    arg: "Expr"
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class BinaryOp:
+    op: str  # "+" | "-" | "*" | "//" | "%" | "^"
+    lhs: "Expr"
+    rhs: "Expr"
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """A chain `operands[0] ops[0] operands[1] ops[1] operands[2] ...`, at least one operator."""
+
+    operands: tuple["Expr", ...]
+    ops: tuple[str, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class BoolOp:
+    op: str  # "and" | "or"
+    args: tuple["Expr", ...]
+    span: Span
+
+
+Expr = Union[IntLit, BoolLit, Name, Attribute, Call, Subscript, UnaryOp, BinaryOp, Comparison, BoolOp]
+
+
+def subexpressions(e: Expr) -> Iterator[Expr]:
+    """`e` and every expression inside it, parents first. The list named by a `Subscript` is not an
+    expression of its own and is not visited; a list passed to `len`, `sum` or `ancestor` is."""
+    yield e
+    if isinstance(e, (Call, BoolOp)):
+        inner: tuple[Expr, ...] = e.args
+    elif isinstance(e, Subscript):
+        inner = e.indices
+    elif isinstance(e, UnaryOp):
+        inner = (e.arg,)
+    elif isinstance(e, BinaryOp):
+        inner = (e.lhs, e.rhs)
+    elif isinstance(e, Comparison):
+        inner = e.operands
+    else:
+        inner = ()
+    for child in inner:
+        yield from subexpressions(child)
+
+
+@dataclass(frozen=True, slots=True)
+class TypeRef:
+    elem: str  # "int" | "bool"
+    depth: int  # 0: scalar, 1: list, 2: list of lists (deeper parses, and the checker refuses it)
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class ParamDef:
+    name: Name
+    type: TypeRef
+    const: bool
+    default: Literal | None
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class SingleSegment:
+    """`P = n - sum(responses)`."""
+
+    name: Name
+    length: Expr
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class FamilySegment:
+    """`R[i] = responses[i]`, or `B[i < m] = 64` with an explicit member count."""
+
+    name: Name
+    index: Name
+    count: Expr | None
+    length: Expr
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class GridSegment:
+    """`I = grid(h, w)` or `V = grid(t, h, w)`."""
+
+    name: Name
+    dims: tuple[Expr, ...]
+    span: Span
+
+
+SegmentDef = Union[SingleSegment, FamilySegment, GridSegment]
+
+
+@dataclass(frozen=True, slots=True)
+class AllSegments:
+    """`*`: every segment."""
+
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRef:
+    """A segment named on a side: `P`, a whole family `R`, or one member `R[i]`, which binds `i`."""
+
+    name: Name
+    index: Name | None
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    """One side of a rule: the union of its items (`C|H`)."""
+
+    items: tuple[AllSegments | SegmentRef, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    q: Side
+    k: Side
+    shape: Name | None  # "full" | "causal" | "diag"; the grammar requires a shape, a `where`, or both
+    where: Expr | None
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    name: Name
+    value: Literal
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLine:
+    assignments: tuple[Assignment, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class MaskFile:
+    name: Name
+    params: tuple[ParamDef, ...]
+    segments: tuple[SegmentDef, ...]
+    rules: tuple[Rule, ...]
+    batch: tuple[BatchLine, ...]
+    span: Span
+
+
+# ---------------------------------------------------------------------------------------------------
+# Parsing
+# ---------------------------------------------------------------------------------------------------
+
+
+def parse(text: str, path: str = "<mask>") -> MaskFile:
+    """The AST of a `.mask` file; a syntax error raises `MaskError`, reported under `path`."""
+    source = Source(path, text)
+    try:
+        tree = _parser().parse(text)
+    except UnexpectedInput as e:
+        raise _syntax_error(e, text).with_source(source) from None
+    try:
+        return _Builder().build(tree)
+    except MaskError as e:
+        raise e.with_source(source) from None
+    except RecursionError:
+        raise MaskError(Diagnostic(Span.unknown(), "expressions are nested too deeply"), source) from None
+
+
+@functools.cache
+def _parser() -> lark.Lark:
+    grammar = (resource_dir("grammar") / "mask.lark").read_text(encoding="utf-8")
+    return lark.Lark(
+        grammar,
+        parser="lalr",
+        lexer="basic",
+        postlex=_LineBreaks(),
+        propagate_positions=True,
+        maybe_placeholders=False,
+    )
+
+
+class _LineBreaks:
+    """Lark postlexer: keeps a newline token only where it ends a line of the grammar.
+
+    Newlines inside ( ) and [ ] are dropped (a line may be broken there), blank and comment-only lines
+    collapse into one, and the last line is ended even when the file is not. A newline token is moved
+    right after the token it follows, so "unexpected end of line" points there and not past a comment.
+    """
+
+    always_accept = ("_NL",)
+
+    def process(self, stream: Iterator[lark.Token]) -> Iterator[lark.Token]:
+        depth = 0
+        last = None
+        newline_pending = False
+        for token in stream:
+            if token.type == "_NL":
+                newline_pending = newline_pending or (depth == 0 and last is not None)
+                continue
+            if newline_pending:
+                yield _newline_after(last)
+                newline_pending = False
+            if token.type in _OPENING:
+                depth += 1
+            elif token.type in _CLOSING:
+                depth = max(0, depth - 1)
+            yield token
+            last = token
+        if last is not None:
+            yield _newline_after(last)
+
+
+_OPENING = {"LPAR": "(", "LSQB": "["}
+_CLOSING = {"RPAR": ")", "RSQB": "]"}
+
+
+def _newline_after(token: lark.Token) -> lark.Token:
+    line, col, pos = token.end_line, token.end_column, token.end_pos
+    return lark.Token("_NL", "\n", pos, line, col, line, col, pos)
+
+
+def _span(node: lark.Tree | lark.Token) -> Span:
+    """The source extent of a parse-tree node, without parentheses around it."""
+    if isinstance(node, lark.Token):
+        return Span(node.line, node.column, node.end_line, node.end_column)
+    m = node.meta
+    return Span(m.line, m.column, m.end_line, m.end_column)
+
+
+def _operand_span(node: lark.Tree | lark.Token) -> Span:
+    """The extent of an operand, including parentheses around it: `(a + b)` in `(a + b) * c`."""
+    if isinstance(node, lark.Token) or not hasattr(node.meta, "container_line"):
+        return _span(node)
+    m = node.meta
+    return Span(m.container_line, m.container_column, m.container_end_line, m.container_end_column)
+
+
+def _name(token: lark.Token) -> Name:
+    return Name(str(token), _span(token))
+
+
+_INTEGER = re.compile(r"[0-9]+(_[0-9]+)*")
+
+
+def _integer(token: lark.Token, span: Span, negative: bool = False) -> IntLit:
+    if not _INTEGER.fullmatch(token):
+        raise error(span, f"malformed integer literal '{token}'", "write decimal digits, with '_' only between digits (32_768)")
+    value = -int(token) if negative else int(token)  # int() accepts the '_' separators
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise error(span, f"integer literal {'-' if negative else ''}{token} does not fit in 64 bits")
+    return IntLit(value, span)
+
+
+class _Builder:
+    """Walks Lark's parse tree into the AST. One method per rule (or alias) of the grammar."""
+
+    def build(self, tree: lark.Tree):
+        return getattr(self, tree.data)(tree)
+
+    def build_all(self, trees) -> tuple:
+        return tuple(self.build(t) for t in trees)
+
+    # ---- file structure
+
+    def start(self, tree):
+        header, segments, rules, *batch = tree.children
+        name_token, *params = header.children
+        return MaskFile(
+            name=_name(name_token),
+            params=self.build_all(params[0].children) if params else (),
+            segments=self.build_all(segments.children),
+            rules=self.build_all(rules.children),
+            batch=self.build_all(batch[0].children) if batch else (),
+            span=_span(tree),
+        )
+
+    def param(self, tree):
+        children = list(tree.children)
+        const = children[0].type == "CONST"
+        if const:
+            children.pop(0)
+        name, type_tree, *default = children
+        return ParamDef(_name(name), self.build(type_tree), const, self.build(default[0]) if default else None, _span(tree))
+
+    def int_type(self, tree):
+        return TypeRef("int", 0, _span(tree))
+
+    def bool_type(self, tree):
+        return TypeRef("bool", 0, _span(tree))
+
+    def list_type(self, tree):
+        inner = self.build(tree.children[0])
+        return TypeRef(inner.elem, inner.depth + 1, _span(tree))
+
+    def int_literal(self, tree):
+        return _integer(tree.children[0], _span(tree))
+
+    def negative_int_literal(self, tree):
+        return _integer(tree.children[1], _span(tree), negative=True)
+
+    def true(self, tree):
+        return BoolLit(True, _span(tree))
+
+    def false(self, tree):
+        return BoolLit(False, _span(tree))
+
+    def list_literal(self, tree):
+        return ListLit(self.build_all(tree.children), _span(tree))
+
+    def single_segment(self, tree):
+        name, length = tree.children
+        return SingleSegment(_name(name), self.build(length), _span(tree))
+
+    def family_segment(self, tree):
+        name, index, length = tree.children
+        return FamilySegment(_name(name), _name(index), None, self.build(length), _span(tree))
+
+    def counted_family_segment(self, tree):
+        name, index, _less_than, count, length = tree.children
+        return FamilySegment(_name(name), _name(index), self.build(count), self.build(length), _span(tree))
+
+    def grid_segment(self, tree):
+        name, *dims = tree.children
+        return GridSegment(_name(name), self.build_all(dims), _span(tree))
+
+    def rule(self, tree):
+        q, k, *rest = tree.children
+        shape = next((_name(t.children[0]) for t in rest if t.data == "shape"), None)
+        where = next((self.build(t.children[0]) for t in rest if t.data == "where"), None)
+        return Rule(self.build(q), self.build(k), shape, where, _span(tree))
+
+    def side(self, tree):
+        return Side(self.build_all(tree.children), _span(tree))
+
+    def all_segments(self, tree):
+        return AllSegments(_span(tree))
+
+    def segment_ref(self, tree):
+        return SegmentRef(_name(tree.children[0]), None, _span(tree))
+
+    def indexed_ref(self, tree):
+        name, index = tree.children
+        return SegmentRef(_name(name), _name(index), _span(tree))
+
+    def batch_line(self, tree):
+        return BatchLine(self.build_all(tree.children), _span(tree))
+
+    def assignment(self, tree):
+        name, value = tree.children
+        return Assignment(_name(name), self.build(value), _span(tree))
+
+    # ---- expressions
+
+    def or_expr(self, tree):
+        return BoolOp("or", self.build_all(tree.children), _span(tree))
+
+    def and_expr(self, tree):
+        return BoolOp("and", self.build_all(tree.children), _span(tree))
+
+    def not_op(self, tree):
+        return UnaryOp("not", self.build(tree.children[0]), _span(tree))
+
+    def comparison(self, tree):
+        operands, ops = tree.children[0::2], tree.children[1::2]
+        return Comparison(self.build_all(operands), tuple(str(op) for op in ops), _span(tree))
+
+    def sum(self, tree):
+        return self._left_associative(tree)
+
+    def product(self, tree):
+        return self._left_associative(tree)
+
+    def _left_associative(self, tree):
+        """`a - b + c` is `(a - b) + c`; each node spans its own operands."""
+        first, *rest = tree.children
+        result, span = self.build(first), _operand_span(first)
+        for op, operand in zip(rest[0::2], rest[1::2]):
+            span = span.merge(_operand_span(operand))
+            result = BinaryOp(str(op), result, self.build(operand), span)
+        return result
+
+    def negate(self, tree):
+        operand = tree.children[1]
+        if isinstance(operand, lark.Tree) and operand.data == "int_literal":
+            # `-5` is one literal, so that -2^63 can be written although 2^63 does not fit.
+            return _integer(operand.children[0], _span(tree), negative=True)
+        return UnaryOp("-", self.build(operand), _span(tree))
+
+    def pow(self, tree):
+        base, exponent = tree.children
+        return BinaryOp("^", self.build(base), self.build(exponent), _span(tree))
+
+    def name(self, tree):
+        return Name(str(tree.children[0]), _span(tree))
+
+    def attribute(self, tree):
+        base, attr = tree.children
+        return Attribute(_name(base), _name(attr), _span(tree))
+
+    def call(self, tree):
+        func, *args = tree.children
+        return Call(_name(func), self.build_all(args), _span(tree))
+
+    def subscript(self, tree):
+        array, *indices = tree.children
+        return Subscript(_name(array), self.build_all(indices), _span(tree))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Syntax errors in words
+# ---------------------------------------------------------------------------------------------------
+
+# Sets of terminals that read better as one phrase in "expected ...". A group applies when the parser
+# accepts all of its `trigger` terminals; it then stands for all of its `covers` terminals.
+_EXPRESSION_START = {"NAME", "INT", "LPAR", "MINUS", "TRUE", "FALSE", "NOT"}
+_OPERATORS = {"PLUS", "MINUS", "STAR", "FLOORDIV", "MOD", "CIRCUMFLEX", "LT", "LE", "GT", "GE", "EQ", "NE",
+              "AND", "OR", "DOT", "LPAR", "LSQB"}  # fmt: skip
+_PHRASES = [
+    # (phrase, trigger, covers)
+    ("an expression", {"NAME", "INT", "LPAR"}, _EXPRESSION_START),
+    ("an operator", {"PLUS", "STAR"}, _OPERATORS),
+    ("a shape (full, causal, diag)", {"FULL", "CAUSAL", "DIAG"}, {"FULL", "CAUSAL", "DIAG"}),
+    ("a type (int, bool, [int], [[int]], ...)", {"INT_TYPE", "BOOL_TYPE"}, {"INT_TYPE", "BOOL_TYPE", "LSQB"}),
+    ("a value (a number, true, false or a list)", {"INT", "TRUE", "LSQB"}, {"INT", "MINUS", "TRUE", "FALSE", "LSQB"}),
+]
+_TERMINAL_WORDS = {"NAME": "a name", "INT": "a number", "_NL": "end of line", "$END": "end of file"}
+_MAX_EXPECTED = 5  # beyond this, a list of alternatives helps less than silence
+
+
+def _syntax_error(e: UnexpectedInput, text: str) -> MaskError:
+    if isinstance(e, UnexpectedCharacters):
+        char = text[e.pos_in_stream]
+        span = Span(e.line, e.column, e.line, e.column + 1)
+        notes = ["names are ASCII letters, digits and '_'"] if char.isalpha() else []
+        return error(span, f"unexpected character {_quote(char)}", *notes)
+    if not isinstance(e, UnexpectedToken):  # Lark's LALR parser reports everything else as a token
+        return error(Span(e.line, e.column, e.line, e.column), "unexpected end of file")
+    token = e.token
+    message = f"unexpected {_describe_token(token)}"
+    expected = e.accepts or e.expected
+    if expected:
+        message += _describe_expected(expected)
+    notes = []
+    if token in KEYWORDS and "NAME" in expected:
+        notes.append(f"'{token}' is a keyword and cannot be used as a name")
+    # Inside brackets newlines are ignored, so an unclosed bracket shows up as an error lines later.
+    notes += [
+        f"the '{bracket}' at line {line}, column {col} is not closed"
+        for bracket, line, col in _open_brackets(text, token)
+        if line < token.line
+    ]
+    span = Span(token.line, token.column, token.end_line, token.end_column)
+    return error(span, message, *notes)
+
+
+def _quote(char: str) -> str:
+    return f"'{char}'" if char.isprintable() else repr(char)
+
+
+def _describe_token(token: lark.Token) -> str:
+    if token.type == "$END":
+        return "end of file"
+    if token.type == "_NL":
+        return "end of line"
+    if token.type == "NAME":
+        return f"name '{token}'"
+    if token.type == "INT":
+        return f"number {token}"
+    if token in KEYWORDS:
+        return f"keyword '{token}'"
+    return f"'{token}'"
+
+
+def _describe_expected(terminals: set[str]) -> str:
+    remaining = set(terminals)
+    phrases = []
+    for phrase, trigger, covers in _PHRASES:
+        if trigger <= remaining:
+            phrases.append(phrase)
+            remaining -= covers
+    for name in sorted(remaining, key=lambda t: (t in ("_NL", "$END"), t)):
+        phrases.append(_TERMINAL_WORDS.get(name) or f"'{_parser().get_terminal(name).pattern.value}'")
+    if len(phrases) > _MAX_EXPECTED:
+        return ""
+    if len(phrases) == 1:
+        return f"; expected {phrases[0]}"
+    return f"; expected {', '.join(phrases[:-1])} or {phrases[-1]}"
+
+
+def _open_brackets(text: str, error_token: lark.Token) -> list[tuple[str, int, int]]:
+    """The brackets still open where the parser stopped: (bracket, line, column), innermost last."""
+    stack = []
+    for token in _parser().lex(text):
+        if token.type not in ("_NL", "$END") and token.start_pos >= error_token.start_pos:
+            break
+        if token.type in _OPENING:
+            stack.append((_OPENING[token.type], token.line, token.column))
+        elif token.type in _CLOSING and stack:
+            stack.pop()
+    return stack
