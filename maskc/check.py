@@ -33,6 +33,7 @@ from .syntax import (
     ParamDef,
     Rule,
     SegmentDef,
+    SegmentRef,
     Side,
     SingleSegment,
     Subscript,
@@ -167,9 +168,9 @@ class _Checker:
     def report(self, span: Span, message: str, *notes: str) -> None:
         self.diagnostics.append(Diagnostic(span, message, notes=notes))
 
-    def report_unknown(self, name: Name, kind: str, candidates) -> None:
+    def report_unknown(self, name: Name, kind: str, candidates, *notes: str) -> None:
         close = difflib.get_close_matches(name.text, sorted(candidates), n=1)
-        self.report(name.span, f"unknown {kind} '{name.text}'", *(f"did you mean '{c}'?" for c in close))
+        self.report(name.span, f"unknown {kind} '{name.text}'", *(f"did you mean '{c}'?" for c in close), *notes)
 
     # ---- parameters and values
 
@@ -369,11 +370,8 @@ class _Checker:
             return _param_type(self.params[name])
         if name in self.index_var_names:
             if scope.rule is not None:
-                self.report(
-                    e.span,
-                    f"index variable '{name}' is not bound by this rule",
-                    f"a side binds it by naming a family member, as in R[{name}]",
-                )
+                example = self.binding_example(name, scope.rule) or f"R[{name}]"
+                self.report(e.span, f"index variable '{name}' is not bound by this rule", f"bind it on a side: {example}")
             else:
                 own = [f"its own index variable is '{v}'" for v in scope.index_vars]
                 self.report(e.span, f"index variable '{name}' cannot be used in {scope.what}", *own)
@@ -382,8 +380,20 @@ class _Checker:
             self.report(e.span, f"'{name}' is a segment, not a value: segments are named on the sides of a rule")
             return None
         visible = [*self.params, "n", *scope.index_vars, *(TOKENS if scope.rule else ())]
-        self.report_unknown(e, "name", visible)
+        example = scope.rule and self.binding_example(name, scope.rule)
+        hint = [f"if '{name}' is meant as an index variable, bind it on a side: {example}"] if example else []
+        self.report_unknown(e, "name", visible, *hint)
         return None
+
+    def binding_example(self, name: str, rule: Rule) -> str | None:
+        """`D[name]` for the first family on a side of `rule`: how `name` would become an index variable."""
+        families = [
+            item.name.text
+            for side in (rule.q, rule.k)
+            for item in side.items
+            if isinstance(item, SegmentRef) and isinstance(self.segments.get(item.name.text), FamilySegment)
+        ]
+        return f"{families[0]}[{name}]" if families else None
 
     def infer_attribute(self, e: Attribute, scope: _Scope) -> ParamType | None:
         base, attr = e.base.text, e.attr.text
