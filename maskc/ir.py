@@ -220,6 +220,17 @@ def uses_side(e: Expr, side: str) -> bool:
     return any(isinstance(n, (Token, Member)) and n.side == side for n in walk(e))
 
 
+def looks_inside(e: Expr, side: str) -> bool:
+    """Whether `e` uses segment-relative facts of a side: its position in the segment, grid coordinates,
+    or family member."""
+    for node in walk(e):
+        if isinstance(node, Token) and node.side == side and node.attr != "index":
+            return True
+        if isinstance(node, Member) and node.side == side:
+            return True
+    return False
+
+
 # ---------------------------------------------------------------------------------------------------
 # Printing (for `maskc explain` and the comments in generated code)
 # ---------------------------------------------------------------------------------------------------

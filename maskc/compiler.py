@@ -1,0 +1,137 @@
+"""The driver: a `.mask` file to a `CompiledMask` (optimised IR, CUDA source, cubin on demand), and the
+planning of descriptors for runtime values. The stages themselves live in their own modules; this one
+only strings them together in pipeline order.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from . import ir
+from .build import Artifact, compile_source
+from .codegen import KernelOptions, MaskCode, kernel_name, render_source
+from .diagnostics import MaskError, Span, error
+from .frontend import read_file, read_program
+from .layout import ConcreteLayout, SequenceValues, bind_sequence, concrete_layout, validate_values
+from .passes import run_pipeline
+from .plan import Descriptor, KernelTables, TileConfig, kernel_tables, plan
+from .ranges import check_ranges
+
+PLAN_CACHE_SIZE = 64
+
+
+def bind_consts(program: ir.Program, given: dict[str, object]) -> ir.Program:
+    """Fix the value of every `const` parameter: as given at compile time, else its default.
+    Runtime parameters in `given` are call arguments, not part of a compile, and are ignored here."""
+    unknown = sorted(name for name in given if name != "n" and program.param(name) is None)
+    if unknown:
+        names = ", ".join(p.name for p in program.params) or "none"
+        raise error(Span.unknown(), f"unknown parameter '{unknown[0]}'", f"the parameters of {program.name}: {names}")
+    values = []
+    for p in program.params:
+        if not p.const:
+            continue
+        if p.type.depth:
+            raise error(p.span, f"const parameter '{p.name}' is a list; only scalars can be const")
+        value = given.get(p.name, p.default)
+        if value is None:
+            raise error(p.span, f"const parameter '{p.name}' has no value",
+                        f"give one when compiling (--param {p.name}=...) or declare a default")
+        wants_bool = p.type.elem == "bool"
+        if isinstance(value, bool) != wants_bool or not isinstance(value, (int, np.integer, bool)):
+            raise error(p.span, f"const parameter '{p.name}' is {p.type}, got {value!r}")
+        values.append((p.name, bool(value) if wants_bool else int(value)))
+    return replace(program, consts=tuple(values))
+
+
+@dataclass
+class CompiledMask:
+    """A mask compiled for one set of kernel options and const values."""
+
+    program: ir.Program  # after the optimisation passes
+    options: KernelOptions
+    source: str
+    code: MaskCode
+    _plans: OrderedDict = field(default_factory=OrderedDict, repr=False)
+
+    @property
+    def name(self) -> str:
+        return kernel_name(self.program, self.options)
+
+    @property
+    def tiles(self) -> TileConfig:
+        return TileConfig(self.options.block_q, self.options.block_k)
+
+    @property
+    def shared_memory_bytes(self) -> int:
+        o = self.options
+        return (o.block_q + 2 * o.block_k) * o.head_dim * 2
+
+    def build(self, emit: str = "cubin") -> Artifact:
+        return compile_source(self.source, self.options.arch, name=f"{self.name}.cu", emit=emit)
+
+    @cached_property
+    def cubin(self) -> Path:
+        return self.build("cubin").path
+
+    # -- planning -----------------------------------------------------------------------------------
+
+    def bind(self, sequences: list[dict[str, object]]) -> tuple[list[SequenceValues], list[ConcreteLayout]]:
+        values, layouts = [], []
+        for b, given in enumerate(sequences):
+            where = f"sequence {b}" if len(sequences) > 1 else self.program.name
+            v = bind_sequence(self.program, given, where)
+            lay = concrete_layout(self.program, v, where)
+            validate_values(self.program, v, lay, where)
+            values.append(v)
+            layouts.append(lay)
+        return values, layouts
+
+    def plan(self, sequences: list[dict[str, object]]) -> tuple[Descriptor, list[ConcreteLayout], list[SequenceValues]]:
+        values, layouts = self.bind(sequences)
+        return plan(self.program, layouts, values, self.tiles), layouts, values
+
+    def tables(self, sequences: list[dict[str, object]], token_offsets: np.ndarray | None = None
+               ) -> tuple[Descriptor, KernelTables, list[ConcreteLayout]]:
+        """Descriptor and kernel tables for these runtime values; cached by value (no recompiling ever)."""
+        values, layouts = self.bind(sequences)
+        offsets = np.zeros(len(layouts), dtype=np.int64) if token_offsets is None else np.asarray(token_offsets, np.int64)
+        key = (tuple(v.key() for v in values), offsets.tobytes())
+        hit = self._plans.get(key)
+        if hit is not None:
+            self._plans.move_to_end(key)
+            return hit
+        desc = plan(self.program, layouts, values, self.tiles)
+        result = (desc, kernel_tables(self.code, desc, layouts, values, offsets), layouts)
+        self._plans[key] = result
+        if len(self._plans) > PLAN_CACHE_SIZE:
+            self._plans.popitem(last=False)
+        return result
+
+
+def compile_program(program: ir.Program, options: KernelOptions = KernelOptions(),
+                    consts: dict[str, object] | None = None, observe=None) -> CompiledMask:
+    """Optimise, check and generate code for a parsed program."""
+    try:
+        program = bind_consts(program, dict(consts or {}))
+        program = run_pipeline(program, observe=observe)
+        check_ranges(program)
+        source, code = render_source(program, options)
+    except MaskError as exc:
+        raise exc.with_source(program.source) if program.source else exc
+    return CompiledMask(program, options, source, code)
+
+
+def compile_file(path: str | Path, options: KernelOptions = KernelOptions(),
+                 consts: dict[str, object] | None = None) -> CompiledMask:
+    return compile_program(read_file(str(path)), options, consts)
+
+
+def compile_text(text: str, options: KernelOptions = KernelOptions(), consts: dict[str, object] | None = None,
+                 path: str = "<mask>") -> CompiledMask:
+    return compile_program(read_program(text, path), options, consts)

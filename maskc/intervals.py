@@ -1,0 +1,307 @@
+"""Interval arithmetic over boxes of (q, k) pairs, vectorised with numpy.
+
+The planner asks, for many boxes at once (a q tile times a block of k tiles), whether a predicate can be
+true somewhere in the box and whether it can be false somewhere. The answers are sound: "cannot be true"
+and "cannot be false" are proofs. "Both" (UNKNOWN) may be loose, so each UNKNOWN also says whether it is
+exact, i.e. whether the predicate really is true at one pair and false at another. It is exact when every
+comparison sees each token (q or k) through at most one varying leaf, the hulls it compares are attained,
+and connectives combine at most one UNKNOWN per token. The planner refines inexact UNKNOWN tiles.
+
+Integer values carry: `lo`, `hi` (the hull), `exact` (both ends are attained), `contig` (every integer in
+the hull is attained), `nq`, `nk` (how many varying leaves depend on the q token / k token).
+Boolean values carry `can_true`, `can_false`, `exact`, and the tokens they depend on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import ir
+
+
+@dataclass
+class IntRange:
+    lo: np.ndarray
+    hi: np.ndarray
+    exact: np.ndarray | bool = True
+    contig: np.ndarray | bool = True
+    nq: np.ndarray | int = 0
+    nk: np.ndarray | int = 0
+
+    @staticmethod
+    def point(value, size: int) -> "IntRange":
+        v = np.broadcast_to(np.asarray(value, dtype=np.int64), (size,))
+        return IntRange(v, v)
+
+    @staticmethod
+    def leaf(lo, hi, side: str, tight=True) -> "IntRange":
+        lo = np.asarray(lo, dtype=np.int64)
+        hi = np.asarray(hi, dtype=np.int64)
+        varying = (hi > lo).astype(np.int64)
+        return IntRange(lo, hi, tight, tight, varying if side == "q" else 0, varying if side == "k" else 0)
+
+
+@dataclass
+class BoolRange:
+    can_true: np.ndarray
+    can_false: np.ndarray
+    exact: np.ndarray | bool = True
+    dep_q: np.ndarray | bool = False
+    dep_k: np.ndarray | bool = False
+
+    @property
+    def unknown(self) -> np.ndarray:
+        return self.can_true & self.can_false
+
+
+@dataclass
+class ArrayTable:
+    """A list parameter for every box: per-box offset into a flat value array, its shape, min and max."""
+
+    values: np.ndarray  # int64, all sequences concatenated
+    offset: np.ndarray  # per box
+    shape: tuple[np.ndarray, ...]  # per box: (len,) or (rows, cols)
+    vmin: np.ndarray  # per box: min over the sequence's array (0 when empty)
+    vmax: np.ndarray
+    parents: list[np.ndarray] | None = None  # per sequence, for ancestor()
+    seq: np.ndarray | None = None  # per box sequence id
+
+
+# How far a varying index is scanned element by element before falling back to the array's hull.
+_SCAN = 8
+
+
+class IntervalEvaluator:
+    """Evaluates expressions over `size` boxes; `env` maps leaves to IntRange / ArrayTable."""
+
+    def __init__(self, size: int, leaves: dict, arrays: dict[str, ArrayTable], track_exact: bool = True):
+        self.size = size
+        self.leaves = leaves
+        self.arrays = arrays
+        self.track = track_exact
+
+    # -- integers ---------------------------------------------------------------------------------
+
+    def int(self, e: ir.Expr) -> IntRange:
+        if isinstance(e, (ir.Compare, ir.Logic, ir.Ancestor)) or (isinstance(e, ir.Unary) and e.op == "not"):
+            b = self.bool(e)  # a bool compared with a bool: false is 0, true is 1
+            return IntRange(np.where(b.can_false, 0, 1), np.where(b.can_true, 1, 0), b.exact, True,
+                            np.asarray(b.dep_q).astype(np.int64), np.asarray(b.dep_k).astype(np.int64))
+        if isinstance(e, ir.Const):
+            return IntRange.point(int(e.value), self.size)
+        if isinstance(e, ir.Param):
+            return self.leaves[e.name]
+        if isinstance(e, ir.Token):
+            return self.leaves[(e.side, e.attr)]
+        if isinstance(e, ir.Member):
+            return self.leaves[("member", e.side)]
+        if isinstance(e, (ir.ArrayLen, ir.ArraySum)):
+            return self.leaves[ir.show(e)]
+        if isinstance(e, ir.Unary):
+            a = self.int(e.arg)
+            if e.op == "neg":
+                return IntRange(-a.hi, -a.lo, a.exact, a.contig, a.nq, a.nk)
+            return self._even(a, np.abs(a.lo), np.abs(a.hi))  # abs
+        if isinstance(e, ir.Pow):
+            a = self.int(e.base)
+            if e.exponent == 0:
+                return IntRange.point(1, self.size)
+            if e.exponent == 1:
+                return a
+            plo, phi = a.lo ** e.exponent, a.hi ** e.exponent
+            if e.exponent % 2:
+                return IntRange(plo, phi, a.exact, False, a.nq, a.nk)
+            r = self._even(a, plo, phi)
+            r.contig = (a.lo == a.hi)
+            return r
+        if isinstance(e, ir.Binary):
+            return self._binary(e.op, self.int(e.lhs), self.int(e.rhs))
+        if isinstance(e, ir.Index):
+            return self._index(e)
+        raise TypeError(f"not an integer expression: {ir.show(e)}")
+
+    def _even(self, a: IntRange, flo, fhi) -> IntRange:
+        """An even function (abs, x^2k) of a: the hull crosses its minimum at 0 when a spans 0."""
+        spans0 = (a.lo < 0) & (a.hi > 0)
+        lo = np.where(spans0, 0, np.minimum(flo, fhi))
+        hi = np.maximum(flo, fhi)
+        # 0 is attained only if a is contiguous (or never crosses 0).
+        exact = a.exact & (~spans0 | a.contig) if self.track else True
+        return IntRange(lo, hi, exact, a.contig, a.nq, a.nk)
+
+    def _binary(self, op: str, a: IntRange, b: IntRange) -> IntRange:
+        nq, nk = a.nq + b.nq, a.nk + b.nk
+        exact = a.exact & b.exact if self.track else True
+        if op == "+":
+            return IntRange(a.lo + b.lo, a.hi + b.hi, exact, a.contig & b.contig, nq, nk)
+        if op == "-":
+            return IntRange(a.lo - b.hi, a.hi - b.lo, exact, a.contig & b.contig, nq, nk)
+        if op == "min":
+            return IntRange(np.minimum(a.lo, b.lo), np.minimum(a.hi, b.hi), exact, a.contig & b.contig, nq, nk)
+        if op == "max":
+            return IntRange(np.maximum(a.lo, b.lo), np.maximum(a.hi, b.hi), exact, a.contig & b.contig, nq, nk)
+        if op == "*":
+            corners = np.stack([a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi])
+            unit = ((b.lo == b.hi) & (np.abs(b.lo) <= 1)) | ((a.lo == a.hi) & (np.abs(a.lo) <= 1))
+            return IntRange(corners.min(0), corners.max(0), exact, unit & a.contig & b.contig, nq, nk)
+        # Divisors never depend on the tokens (the checker guarantees it), so b is a point here.
+        d = b.lo
+        safe = np.where(d == 0, 1, d)
+        if op == "//":
+            x, y = np.floor_divide(a.lo, safe), np.floor_divide(a.hi, safe)
+            return IntRange(np.minimum(x, y), np.maximum(x, y), exact, a.contig, nq, nk)
+        # "%": monotone inside one period, the whole residue range once the hull wraps.
+        same = np.floor_divide(a.lo, safe) == np.floor_divide(a.hi, safe)
+        full_lo = np.where(safe > 0, 0, safe + 1)
+        full_hi = np.where(safe > 0, safe - 1, 0)
+        lo = np.where(same, np.mod(a.lo, safe), full_lo)
+        hi = np.where(same, np.mod(a.hi, safe), full_hi)
+        return IntRange(lo, hi, exact & (same | a.contig), a.contig & same, nq, nk)
+
+    def _index(self, e: ir.Index) -> IntRange:
+        table = self.arrays[e.array]
+        idx = [self.int(i) for i in e.indices]
+        point = np.ones(self.size, dtype=bool)
+        for r in idx:
+            point &= r.lo == r.hi
+        lo = table.vmin.copy()
+        hi = table.vmax.copy()
+        # Where every index is a point, read the element; where the ranges are short, scan them.
+        width = np.ones(self.size, dtype=np.int64)
+        for r in idx:
+            width *= (r.hi - r.lo + 1)
+        scan = width <= _SCAN
+        if scan.any():
+            s_lo = np.full(self.size, np.iinfo(np.int64).max)
+            s_hi = np.full(self.size, np.iinfo(np.int64).min)
+            for combo in np.ndindex(*([_SCAN] * len(idx))):
+                coords = [r.lo + c for r, c in zip(idx, combo)]
+                ok = scan.copy()
+                for r, c in zip(idx, coords):
+                    ok &= c <= r.hi
+                if not ok.any():
+                    continue
+                v = self._read(table, coords)
+                s_lo = np.where(ok, np.minimum(s_lo, v), s_lo)
+                s_hi = np.where(ok, np.maximum(s_hi, v), s_hi)
+            lo = np.where(scan, s_lo, lo)
+            hi = np.where(scan, s_hi, hi)
+        else:
+            # Outside reads give 0, so a hull over the whole array must include it.
+            lo = np.minimum(lo, 0)
+            hi = np.maximum(hi, 0)
+        nq = sum((r.nq for r in idx), 0)
+        nk = sum((r.nk for r in idx), 0)
+        return IntRange(lo, hi, point, point, np.where(point, 0, nq), np.where(point, 0, nk))
+
+    @staticmethod
+    def _read(table: ArrayTable, coords: list[np.ndarray]) -> np.ndarray:
+        inside = np.ones(len(coords[0]), dtype=bool)
+        flat = np.zeros(len(coords[0]), dtype=np.int64)
+        for axis, c in enumerate(coords):
+            extent = table.shape[axis]
+            inside &= (c >= 0) & (c < extent)
+            flat = flat * extent + np.clip(c, 0, np.maximum(extent - 1, 0))
+        pos = np.where(inside, table.offset + flat, 0)
+        if len(table.values) == 0:
+            return np.zeros(len(flat), dtype=np.int64)
+        return np.where(inside, table.values[np.minimum(pos, len(table.values) - 1)], 0)
+
+    # -- booleans ---------------------------------------------------------------------------------
+
+    def bool(self, e: ir.Expr) -> BoolRange:
+        n = self.size
+        if isinstance(e, ir.Const):
+            v = bool(e.value)
+            return BoolRange(np.full(n, v), np.full(n, not v))
+        if isinstance(e, ir.Param):
+            r = self.leaves[e.name]
+            return BoolRange(r.hi > 0, r.lo == 0)
+        if isinstance(e, ir.Unary):  # not
+            a = self.bool(e.arg)
+            return BoolRange(a.can_false, a.can_true, a.exact, a.dep_q, a.dep_k)
+        if isinstance(e, ir.Compare):
+            return self._compare(e)
+        if isinstance(e, ir.Logic):
+            return self._logic(e)
+        if isinstance(e, ir.Index):
+            r = self._index(e)
+            return BoolRange(r.hi > 0, r.lo == 0, r.exact, np.asarray(r.nq) > 0, np.asarray(r.nk) > 0)
+        if isinstance(e, ir.Ancestor):
+            return self._ancestor(e)
+        raise TypeError(f"not a boolean expression: {ir.show(e)}")
+
+    def _compare(self, e: ir.Compare) -> BoolRange:
+        a, b = self.int(e.lhs), self.int(e.rhs)
+        d = self._binary("-", a, b)  # the sign of lhs - rhs decides every comparison
+        op = e.op
+        if op == "<":
+            can_t, can_f = d.lo < 0, d.hi >= 0
+        elif op == "<=":
+            can_t, can_f = d.lo <= 0, d.hi > 0
+        elif op == ">":
+            can_t, can_f = d.hi > 0, d.lo <= 0
+        elif op == ">=":
+            can_t, can_f = d.hi >= 0, d.lo < 0
+        elif op == "==":
+            can_t, can_f = (d.lo <= 0) & (d.hi >= 0), ~((d.lo == 0) & (d.hi == 0))
+        else:  # "!="
+            can_t, can_f = ~((d.lo == 0) & (d.hi == 0)), (d.lo <= 0) & (d.hi >= 0)
+        nq, nk = np.asarray(d.nq), np.asarray(d.nk)
+        if not self.track:
+            return BoolRange(can_t, can_f)
+        exact = d.exact & (nq <= 1) & (nk <= 1)
+        if op in ("==", "!="):
+            exact = exact & d.contig
+        return BoolRange(can_t, can_f, exact, nq > 0, nk > 0)
+
+    def _logic(self, e: ir.Logic) -> BoolRange:
+        parts = [self.bool(a) for a in e.args]
+        if e.op == "and":
+            can_t = np.logical_and.reduce([p.can_true for p in parts])
+            can_f = np.logical_or.reduce([p.can_false for p in parts])
+        else:
+            can_t = np.logical_or.reduce([p.can_true for p in parts])
+            can_f = np.logical_and.reduce([p.can_false for p in parts])
+        if not self.track:
+            return BoolRange(can_t, can_f)
+        # UNKNOWN parts decide the result; it is exact when each is exact and they depend on
+        # different tokens (then a true pair and a false pair can be chosen independently).
+        exact = np.ones(self.size, dtype=bool)
+        seen_q = np.zeros(self.size, dtype=bool)
+        seen_k = np.zeros(self.size, dtype=bool)
+        dep_q = np.zeros(self.size, dtype=bool)
+        dep_k = np.zeros(self.size, dtype=bool)
+        for p in parts:
+            u = p.unknown & can_t & can_f
+            pq = u & np.asarray(p.dep_q)
+            pk = u & np.asarray(p.dep_k)
+            exact &= ~u | np.asarray(p.exact)
+            exact &= ~(pq & seen_q) & ~(pk & seen_k)
+            seen_q |= pq
+            seen_k |= pk
+            dep_q |= np.asarray(p.dep_q)
+            dep_k |= np.asarray(p.dep_k)
+        return BoolRange(can_t, can_f, exact, dep_q, dep_k)
+
+    def _ancestor(self, e: ir.Ancestor) -> BoolRange:
+        node, anc = self.int(e.node), self.int(e.ancestor)
+        # An ancestor never comes after its descendant.
+        can_t = anc.lo <= node.hi
+        can_f = np.ones(self.size, dtype=bool)
+        point = (node.lo == node.hi) & (anc.lo == anc.hi)
+        table = self.arrays[e.array]
+        if point.any() and table.parents is not None:
+            from .evaluate import is_ancestor
+
+            idx = np.nonzero(point)[0]
+            for s in np.unique(table.seq[idx]):
+                sel = idx[table.seq[idx] == s]
+                hit = is_ancestor(table.parents[s], node.lo[sel], anc.lo[sel])
+                can_t[sel] = hit
+                can_f[sel] = ~hit
+        dep_q = (np.asarray(node.nq) + np.asarray(anc.nq)) > 0
+        dep_k = (np.asarray(node.nk) + np.asarray(anc.nk)) > 0
+        return BoolRange(can_t, can_f, point, dep_q, dep_k)

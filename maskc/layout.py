@@ -1,0 +1,314 @@
+"""Runtime values and the concrete layout of each sequence.
+
+The IR's layout is symbolic: segment lengths are expressions in the parameters. For a batch of sequences
+with given runtime values this module validates the values (types, ranges), evaluates every length, checks
+that the segments tile [0, n) exactly, and returns a `ConcreteLayout` per sequence: the start of every
+segment (every family member counts as one), in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import ir
+from .evaluate import Env, evaluate
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+MAX_SEQUENCE_LENGTH = 2**31 - 1
+MAX_FAMILY_MEMBERS = 2**24
+
+
+@dataclass(frozen=True)
+class SequenceValues:
+    """The runtime values of one sequence: `n`, scalars and list parameters (numpy arrays)."""
+
+    n: int | None
+    scalars: dict[str, int | bool] = field(default_factory=dict)
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def key(self) -> tuple:
+        """A hashable identity, for caching descriptors by value."""
+        return (
+            self.n,
+            tuple(sorted(self.scalars.items())),
+            tuple((k, v.shape, v.dtype.str, v.tobytes()) for k, v in sorted(self.arrays.items())),
+        )
+
+
+@dataclass(frozen=True)
+class ConcreteLayout:
+    """Where the segments of one sequence lie.
+
+    Concrete segments are the symbolic segments with families expanded, in layout order. `first[s]` to
+    `first[s + 1]` are the concrete entries of symbolic segment `s`; `member` is the family index (0 for
+    segments that are not families).
+    """
+
+    n: int
+    starts: np.ndarray  # int64 [C]
+    lengths: np.ndarray  # int64 [C]
+    symbol: np.ndarray  # int32 [C]
+    member: np.ndarray  # int32 [C]
+    first: np.ndarray  # int64 [S + 1]
+    grid_dims: dict[int, tuple[int, ...]]  # symbolic segment -> (h, w) or (t, h, w)
+
+    def span(self, symbol: int) -> tuple[int, int]:
+        """The token range [start, end) of a symbolic segment (all members of a family)."""
+        lo, hi = self.first[symbol], self.first[symbol + 1]
+        if lo == hi:
+            start = self.starts[lo] if lo < len(self.starts) else self.n
+            return int(start), int(start)
+        return int(self.starts[lo]), int(self.starts[hi - 1] + self.lengths[hi - 1])
+
+
+class ValueProblem(ValueError):
+    """Runtime values that do not fit the mask: a clear message naming the values, never a crash."""
+
+
+def _describe(values: SequenceValues, names: set[str]) -> str:
+    shown = []
+    if values.n is not None:
+        shown.append(f"n = {values.n}")
+    for name in sorted(names):
+        if name in values.scalars:
+            shown.append(f"{name} = {values.scalars[name]}")
+        elif name in values.arrays:
+            a = values.arrays[name]
+            text = np.array2string(a, separator=", ", threshold=8)
+            shown.append(f"{name} = {text}")
+    return ", ".join(shown)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Values
+# ---------------------------------------------------------------------------------------------------
+
+
+def _as_scalar(decl: ir.ParamDecl, value, where: str):
+    if decl.type.elem == "bool":
+        if isinstance(value, (bool, np.bool_)):
+            return bool(value)
+        raise ValueProblem(f"{where}: parameter '{decl.name}' is a bool, got {value!r}")
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueProblem(f"{where}: parameter '{decl.name}' is an int, got {value!r}")
+    value = int(value)
+    if not decl.const and not INT32_MIN <= value <= INT32_MAX:
+        raise ValueProblem(
+            f"{where}: parameter '{decl.name}' = {value} is outside the 32-bit range of runtime integers"
+        )
+    return value
+
+
+def _as_array(decl: ir.ParamDecl, value, where: str) -> np.ndarray:
+    try:
+        arr = np.asarray(value)
+    except ValueError:
+        arr = None
+    if arr is None or arr.dtype == object or arr.ndim != decl.type.depth:
+        raise ValueProblem(
+            f"{where}: parameter '{decl.name}' must be a {decl.type} "
+            f"({decl.type.depth}-dimensional, rectangular), got {value!r}"
+        )
+    if arr.size == 0:
+        return np.zeros(arr.shape, dtype=bool if decl.type.elem == "bool" else np.int64)
+    if decl.type.elem == "bool":
+        if arr.dtype != bool:
+            raise ValueProblem(f"{where}: parameter '{decl.name}' must hold bools, got {arr.dtype}")
+        return arr.copy()
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueProblem(f"{where}: parameter '{decl.name}' must hold ints, got {arr.dtype}")
+    arr = arr.astype(np.int64)
+    if arr.min() < INT32_MIN or arr.max() > INT32_MAX:
+        raise ValueProblem(f"{where}: parameter '{decl.name}' has values outside the 32-bit range")
+    return arr
+
+
+def bind_sequence(program: ir.Program, given: dict[str, object], where: str = "mask") -> SequenceValues:
+    """Validate one sequence's runtime values and fill in defaults. `given` may hold 'n'."""
+    consts = dict(program.consts)
+    unknown = [name for name in given if name != "n" and program.param(name) is None]
+    if unknown:
+        known = ", ".join(p.name for p in program.runtime_params) or "none"
+        raise ValueProblem(f"{where}: unknown parameter '{unknown[0]}' (runtime parameters: {known})")
+    scalars: dict[str, int | bool] = {}
+    arrays: dict[str, np.ndarray] = {}
+    n = given.get("n")
+    n_decl = program.param("n")
+    if n is None and n_decl is not None:
+        n = n_decl.default
+    if n is not None:
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or not 0 <= n <= MAX_SEQUENCE_LENGTH:
+            raise ValueProblem(f"{where}: n = {n!r} must be an integer in [0, 2^31 - 1]")
+        n = int(n)
+    for decl in program.params:
+        if decl.name == "n":
+            continue
+        if decl.const:
+            if decl.name in given:
+                raise ValueProblem(
+                    f"{where}: '{decl.name}' is const: it is compiled in (as {consts.get(decl.name)!r}); "
+                    "compile again to change it"
+                )
+            value = consts[decl.name]
+        elif decl.name in given:
+            value = given[decl.name]
+        elif decl.default is not None:
+            value = decl.default
+        else:
+            raise ValueProblem(f"{where}: runtime parameter '{decl.name}' has no default and was not given")
+        if decl.type.depth == 0:
+            scalars[decl.name] = _as_scalar(decl, value, where)
+        else:
+            arrays[decl.name] = _as_array(decl, value, where)
+    return SequenceValues(n, scalars, arrays)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Layout
+# ---------------------------------------------------------------------------------------------------
+
+
+def _env(values: SequenceValues, n: int | None) -> Env:
+    params: dict[str, object] = {k: (v if isinstance(v, bool) else np.int64(v)) for k, v in values.scalars.items()}
+    if n is not None:
+        params["n"] = np.int64(n)
+    return Env(params=params, arrays=values.arrays)
+
+
+def layout_uses_n(program: ir.Program) -> bool:
+    exprs = [e for s in program.segments for e in (s.length, s.count, *s.dims) if e is not None]
+    return any("n" in ir.params_used(e) for e in exprs)
+
+
+def _check_family_lists(seg: ir.Segment, count: int, values: SequenceValues, where: str) -> None:
+    for node in ir.walk(seg.length):
+        if isinstance(node, ir.Index) and node.indices and isinstance(node.indices[0], ir.FamilyIndex):
+            size = len(values.arrays[node.array])
+            if size != count:
+                raise ValueProblem(
+                    f"{where}: family {seg.name} has {count} members but '{node.array}' has {size} entries"
+                )
+
+
+def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "mask") -> ConcreteLayout:
+    uses_n = layout_uses_n(program)
+    if uses_n and values.n is None:
+        raise ValueProblem(f"{where}: the layout depends on n; give the sequence length")
+    env = _env(values, values.n if uses_n else None)
+    starts, lengths, symbols, members, first = [], [], [], [], [0]
+    grid_dims: dict[int, tuple[int, ...]] = {}
+    position = 0
+
+    def problem(seg: ir.Segment, message: str) -> ValueProblem:
+        names = set().union(*(ir.params_used(e) | ir.arrays_used(e)
+                               for e in (seg.length, seg.count, *seg.dims) if e is not None))
+        return ValueProblem(f"{where}: segment {seg.name} {message} ({_describe(values, names)})")
+
+    for s, seg in enumerate(program.segments):
+        try:
+            if seg.kind == "single":
+                seg_lengths = np.array([int(evaluate(seg.length, env))], dtype=np.int64)
+                seg_members = np.zeros(1, dtype=np.int32)
+            elif seg.kind == "grid":
+                dims = tuple(int(evaluate(d, env)) for d in seg.dims)
+                if min(dims) < 0:
+                    raise problem(seg, f"has negative grid dimensions {dims}")
+                grid_dims[s] = dims
+                seg_lengths = np.array([int(np.prod(dims, dtype=object))], dtype=object).astype(np.int64)
+                seg_members = np.zeros(1, dtype=np.int32)
+            else:
+                count = int(evaluate(seg.count, env))
+                if count < 0:
+                    raise problem(seg, f"has a negative member count {count}")
+                if count > MAX_FAMILY_MEMBERS:
+                    raise problem(seg, f"has {count} members, more than the limit of {MAX_FAMILY_MEMBERS}")
+                _check_family_lists(seg, count, values, where)
+                index = np.arange(count, dtype=np.int64)
+                env.family_index = index
+                seg_lengths = np.broadcast_to(np.asarray(evaluate(seg.length, env), dtype=np.int64), (count,)).copy()
+                env.family_index = None
+                seg_members = index.astype(np.int32)
+        except ZeroDivisionError as exc:
+            raise problem(seg, f"divides by zero: {exc}") from None
+        if len(seg_lengths) and seg_lengths.min() < 0:
+            bad = int(np.argmin(seg_lengths))
+            which = f"member {bad} " if seg.kind == "family" else ""
+            raise problem(seg, f"{which}has negative length {int(seg_lengths[bad])}")
+        seg_starts = position + np.concatenate([[0], np.cumsum(seg_lengths)[:-1]]) if len(seg_lengths) else seg_lengths
+        position += int(seg_lengths.sum())
+        if position > MAX_SEQUENCE_LENGTH:
+            raise problem(seg, f"ends at token {position}, beyond the limit of 2^31 - 1 tokens per sequence")
+        starts.append(seg_starts)
+        lengths.append(seg_lengths)
+        symbols.append(np.full(len(seg_lengths), s, dtype=np.int32))
+        members.append(seg_members)
+        first.append(first[-1] + len(seg_lengths))
+
+    if values.n is not None and position != values.n:
+        if uses_n:
+            raise ValueProblem(
+                f"{where}: the segments cover {position} tokens, not n = {values.n}: the layout must tile [0, n) "
+                f"exactly ({_describe(values, set(values.scalars) | set(values.arrays))})"
+            )
+        raise ValueProblem(f"{where}: the layout fixes the length to {position} tokens, but n = {values.n} was given")
+    return ConcreteLayout(
+        n=position,
+        starts=np.concatenate(starts).astype(np.int64),
+        lengths=np.concatenate(lengths).astype(np.int64),
+        symbol=np.concatenate(symbols),
+        member=np.concatenate(members),
+        first=np.array(first, dtype=np.int64),
+        grid_dims=grid_dims,
+    )
+
+
+def token_info(program: ir.Program, layout: ConcreteLayout, positions: np.ndarray) -> dict[str, np.ndarray]:
+    """For each position: its symbolic segment, family member, position in segment and grid coordinates
+    (grid coordinates are 0 outside grids)."""
+    positions = np.asarray(positions, dtype=np.int64)
+    c = np.searchsorted(layout.starts, positions, side="right") - 1
+    symbol = layout.symbol[c]
+    pos = positions - layout.starts[c]
+    info = {"symbol": symbol, "member": layout.member[c].astype(np.int64), "pos": pos}
+    t = np.zeros_like(pos)
+    y = np.zeros_like(pos)
+    x = np.zeros_like(pos)
+    for s, dims in layout.grid_dims.items():
+        inside = symbol == s
+        if not inside.any():
+            continue
+        w = max(dims[-1], 1)
+        h = max(dims[-2], 1)
+        x = np.where(inside, pos % w, x)
+        y = np.where(inside, (pos // w) % h if len(dims) == 3 else pos // w, y)
+        if len(dims) == 3:
+            t = np.where(inside, pos // (w * h), t)
+    info.update(t=t, y=y, x=x)
+    return info
+
+
+def validate_values(program: ir.Program, values: SequenceValues, layout: ConcreteLayout, where: str = "mask") -> None:
+    """Checks on runtime values that the kernel could not report: zero divisors and malformed trees."""
+    env = _env(values, layout.n)
+    for region in program.regions:
+        for node in ir.walk(region.pred):
+            if isinstance(node, ir.Binary) and node.op in ("//", "%"):
+                divisor = node.rhs
+                if not any(isinstance(x, (ir.Token, ir.Member)) for x in ir.walk(divisor)):
+                    try:
+                        zero = int(evaluate(divisor, env)) == 0
+                    except ZeroDivisionError:
+                        zero = True
+                    if zero:
+                        names = ir.params_used(divisor) | ir.arrays_used(divisor)
+                        raise ValueProblem(f"{where}: the divisor {ir.show(divisor)} is zero "
+                                           f"({_describe(values, names)})")
+            if isinstance(node, ir.Ancestor):
+                parent = values.arrays[node.array]
+                bad = np.nonzero(parent >= np.arange(len(parent)))[0]
+                if len(bad):
+                    x = int(bad[0])
+                    raise ValueProblem(f"{where}: '{node.array}' must list each parent before its child "
+                                       f"(parent[x] < x, -1 for a root); parent[{x}] = {int(parent[x])}")

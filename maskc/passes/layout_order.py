@@ -1,0 +1,54 @@
+"""Decide comparisons of q and k that the layout's order settles.
+
+Segments are laid out in declaration order whatever their runtime lengths, so when every segment of a
+region's q side comes after every segment of its k side, every visible pair has k < q: `causal` between
+them is `full` and `diag` is impossible. (Empty segments change nothing: they hold no pair.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .. import ir
+from .fold import simplify
+
+_Q = ir.Token("q", "index")
+_K = ir.Token("k", "index")
+
+# For k < q: the value of `lhs op rhs` when lhs/rhs are exactly the tokens named.
+_K_BEFORE_Q = {
+    ("k", "q"): {"<": True, "<=": True, ">": False, ">=": False, "==": False, "!=": True},
+    ("q", "k"): {"<": False, "<=": False, ">": True, ">=": True, "==": False, "!=": True},
+}
+
+
+def _order(program: ir.Program, region: ir.Region) -> str | None:
+    q = [program.segment_index(s) for s in region.q.segments]
+    k = [program.segment_index(s) for s in region.k.segments]
+    if min(q) > max(k):
+        return "k<q"
+    if max(q) < min(k):
+        return "k>q"
+    return None
+
+
+def decide_by_layout_order(program: ir.Program) -> ir.Program:
+    regions = []
+    for region in program.regions:
+        order = _order(program, region)
+        if order is None:
+            regions.append(region)
+            continue
+
+        def decide(node: ir.Expr, order=order) -> ir.Expr:
+            if not isinstance(node, ir.Compare):
+                return node
+            names = {(_K, _Q): ("k", "q"), (_Q, _K): ("q", "k")}.get((node.lhs, node.rhs))
+            if names is None:
+                return node
+            table = _K_BEFORE_Q[names]
+            value = table[node.op] if order == "k<q" else _K_BEFORE_Q[names[::-1]][node.op]
+            return ir.Const(value, span=node.span)
+
+        regions.append(replace(region, pred=simplify(ir.rewrite(region.pred, decide))))
+    return replace(program, regions=tuple(regions))

@@ -1,0 +1,140 @@
+"""Static value ranges: which integer width each expression needs.
+
+Every value has a range known before any runtime value is: positions lie in [0, 2^31 - 1), runtime
+integers are 32-bit (the runtime refuses others), `const` values are known exactly. Ranges are computed with
+Python's unbounded integers, so a result that might not fit 64 bits is caught here and reported at its
+source position instead of wrapping on the GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import ir
+from .diagnostics import error
+
+INT32 = (-(2**31), 2**31 - 1)
+INT64 = (-(2**63), 2**63 - 1)
+POSITION = (0, 2**31 - 2)
+MEMBER = (0, 2**24 - 1)
+
+
+@dataclass(frozen=True)
+class Range:
+    lo: int
+    hi: int
+
+    @property
+    def fits_int32(self) -> bool:
+        return INT32[0] <= self.lo and self.hi <= INT32[1]
+
+    @property
+    def ctype(self) -> str:
+        return "int" if self.fits_int32 else "long long"
+
+
+def _grid_dims(program: ir.Program, region: ir.Region | None, side: str) -> tuple[int, ...] | None:
+    """Constant dimensions of the grid a side stands on, if it is one grid with folded dimensions."""
+    if region is None:
+        return None
+    segs = getattr(region, side).segments
+    if len(segs) != 1:
+        return None
+    seg = program.segment(segs[0])
+    if seg.kind != "grid" or not all(isinstance(d, ir.Const) for d in seg.dims):
+        return None
+    return tuple(int(d.value) for d in seg.dims)
+
+
+def static_range(e: ir.Expr, program: ir.Program, region: ir.Region | None = None) -> Range:
+    def r(x: ir.Expr) -> Range:
+        return static_range(x, program, region)
+
+    if isinstance(e, ir.Const):
+        v = int(e.value)
+        return Range(v, v)
+    if isinstance(e, ir.Param):
+        if e.name == "n":
+            return Range(0, 2**31 - 1)
+        decl = program.param(e.name)
+        if decl is not None and decl.type.elem == "bool":
+            return Range(0, 1)
+        return Range(*INT32)
+    if isinstance(e, ir.Token):
+        if e.attr in ("index", "pos"):
+            return Range(*POSITION)
+        dims = _grid_dims(program, region, e.side)
+        if dims is None:
+            return Range(*POSITION)
+        extent = {"x": dims[-1], "y": dims[-2], "t": dims[0] if len(dims) == 3 else 1}[e.attr]
+        return Range(0, max(extent - 1, 0))
+    if isinstance(e, ir.Member):
+        return Range(*MEMBER)
+    if isinstance(e, ir.FamilyIndex):
+        return Range(*MEMBER)
+    if isinstance(e, ir.ArrayLen):
+        return Range(0, 2**31 - 1)
+    if isinstance(e, ir.ArraySum):
+        return Range(-(2**62), 2**62)
+    if isinstance(e, ir.Index):
+        decl = program.param(e.array)
+        return Range(0, 1) if decl is not None and decl.type.elem == "bool" else Range(*INT32)
+    if isinstance(e, (ir.Compare, ir.Logic, ir.Ancestor)):
+        return Range(0, 1)
+    if isinstance(e, ir.Unary):
+        a = r(e.arg)
+        if e.op == "not":
+            return Range(0, 1)
+        if e.op == "neg":
+            return _checked(e, -a.hi, -a.lo)
+        lo = 0 if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi))
+        return _checked(e, lo, max(abs(a.lo), abs(a.hi)))
+    if isinstance(e, ir.Pow):
+        a = r(e.base)
+        ends = [a.lo**e.exponent, a.hi**e.exponent]
+        lo = 0 if e.exponent % 2 == 0 and a.lo <= 0 <= a.hi else min(ends)
+        return _checked(e, lo, max(ends))
+    if isinstance(e, ir.Binary):
+        a, b = r(e.lhs), r(e.rhs)
+        if e.op == "+":
+            return _checked(e, a.lo + b.lo, a.hi + b.hi)
+        if e.op == "-":
+            return _checked(e, a.lo - b.hi, a.hi - b.lo)
+        if e.op == "*":
+            corners = [a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi]
+            return _checked(e, min(corners), max(corners))
+        if e.op == "min":
+            return Range(min(a.lo, b.lo), min(a.hi, b.hi))
+        if e.op == "max":
+            return Range(max(a.lo, b.lo), max(a.hi, b.hi))
+        if e.op == "//":
+            # |x // d| <= |x| for every non-zero d; the sign depends on both.
+            m = max(abs(a.lo), abs(a.hi))
+            if b.lo > 0 and a.lo >= 0:
+                return Range(a.lo // b.hi, a.hi // b.lo)
+            return Range(-m, m)
+        if e.op == "%":
+            m = max(abs(b.lo), abs(b.hi))
+            lo = 0 if b.lo > 0 else -(m - 1)
+            hi = m - 1 if b.hi > 0 else 0
+            return Range(lo, hi)
+    raise TypeError(f"no range for {e!r}")
+
+
+def _checked(e: ir.Expr, lo: int, hi: int) -> Range:
+    if lo < INT64[0] or hi > INT64[1]:
+        raise error(e.span, f"this expression may overflow 64-bit integers (its values can reach {lo if lo < INT64[0] else hi})",
+                    "runtime integers are 32-bit and positions are below 2^31; rewrite to keep intermediate values smaller")
+    return Range(lo, hi)
+
+
+def check_ranges(program: ir.Program) -> None:
+    """Raise a MaskError at the first expression that might overflow 64 bits."""
+    for region in program.regions:
+        for node in ir.walk(region.pred):
+            if not isinstance(node, (ir.Compare, ir.Logic, ir.Ancestor)):
+                static_range(node, program, region)
+    for seg in program.segments:
+        for e in (seg.length, seg.count, *seg.dims):
+            if e is not None:
+                static_range(e, program)

@@ -1,0 +1,288 @@
+"""Launch: run a compiled mask on torch or CuPy tensors.
+
+Tensors are used in place (zero copy): only their data pointers and strides reach the kernel. Every check
+happens before the launch and fails with a ValueError naming the tensor. The kernel runs on the caller's
+current stream (torch's current stream for torch tensors, CuPy's for CuPy arrays), so the result is ordered
+after the producers of q, k and v like any other operation on that stream.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from .compiler import CompiledMask
+
+_ELEMENT_BYTES = 2
+_ALIGN = 16
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    """What the launch needs of one tensor, whatever library it came from."""
+
+    name: str
+    library: str  # "torch" | "cupy"
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # in elements
+    dtype: str  # "bf16" | "fp16" | other
+    device: int
+    ptr: int
+    requires_grad: bool
+    obj: object
+
+
+def _describe(x, name: str) -> _Tensor:
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        import torch
+
+        dtype = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(x.dtype, str(x.dtype).replace("torch.", ""))
+        if x.device.type != "cuda":
+            raise ValueError(f"{name} is on {x.device}; maskc needs CUDA tensors")
+        return _Tensor(name, "torch", tuple(x.shape), tuple(x.stride()), dtype, x.device.index or 0, x.data_ptr(),
+                       bool(x.requires_grad), x)
+    if mod.startswith("cupy"):
+        dtype = {"bfloat16": "bf16", "float16": "fp16"}.get(str(x.dtype), str(x.dtype))
+        strides = tuple(s // x.itemsize for s in x.strides)
+        return _Tensor(name, "cupy", tuple(x.shape), strides, dtype, x.device.id, x.data.ptr, False, x)
+    raise ValueError(f"{name} must be a torch tensor or a CuPy array, got {type(x).__name__}")
+
+
+def _host_ints(x, name: str) -> np.ndarray:
+    """cu_seqlens and similar: a host copy (a device tensor costs one small synchronous copy)."""
+    if x is None:
+        return None
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        x = x.detach().cpu().numpy()
+    elif mod.startswith("cupy"):
+        x = x.get()
+    arr = np.asarray(x)
+    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{name} must be a 1-D integer array, got shape {arr.shape} and dtype {arr.dtype}")
+    return arr.astype(np.int64)
+
+
+@lru_cache(maxsize=None)
+def _module(path: str, name: str, shared: int, device: int):
+    import cupy
+
+    with cupy.cuda.Device(device):
+        module = cupy.RawModule(path=path)
+        kernel = module.get_function(name)
+        kernel.max_dynamic_shared_size_bytes = shared
+    return module, kernel
+
+
+class Attention:
+    """`attn(q, k, v, *, cu_seqlens=None, scale=None, return_lse=False, **runtime_params)`.
+
+    q: `[B, N, Hq, D]` (padded batch) or `[T, Hq, D]` with `cu_seqlens` (`[B + 1]`, packed jagged batch);
+    k, v: the same with Hkv heads, Hq a multiple of Hkv (query head h uses key/value head h // (Hq / Hkv)).
+    Runtime parameters are keywords: a value for every sequence, or a list with one value per sequence.
+    Returns O like q (and, with `return_lse=True`, LSE in fp32, `[B, Hq, N]` or `[Hq, T]`).
+    """
+
+    def __init__(self, compiled: CompiledMask):
+        self.compiled = compiled
+
+    @property
+    def program(self):
+        return self.compiled.program
+
+    def __repr__(self) -> str:
+        o = self.compiled.options
+        return f"<maskc.Attention {self.program.name}: head_dim={o.head_dim} dtype={o.dtype} arch={o.arch}>"
+
+    # -- the call -------------------------------------------------------------------------------------
+
+    def sequences(self, lengths: list[int], params: dict[str, object]) -> list[dict[str, object]]:
+        """Per-sequence runtime values from keyword arguments: broadcast, or one per sequence."""
+        out = [{"n": int(n)} for n in lengths]
+        for name, value in params.items():
+            decl = self.program.param(name)
+            if decl is None or name == "n":
+                known = ", ".join(p.name for p in self.program.runtime_params) or "none"
+                raise ValueError(f"unknown runtime parameter '{name}' for mask {self.program.name} (runtime parameters: {known})")
+            if decl.const:
+                raise ValueError(f"'{name}' is const (compiled in); compile again to change it")
+            per_sequence = _is_per_sequence(value, decl.type.depth)
+            if per_sequence and len(value) != len(lengths):
+                raise ValueError(f"'{name}' has {len(value)} values for {len(lengths)} sequences")
+            for b, seq in enumerate(out):
+                seq[name] = value[b] if per_sequence else value
+        return out
+
+    def __call__(self, q, k, v, *, cu_seqlens=None, scale: float | None = None, return_lse: bool = False, **params):
+        o = self.compiled.options
+        tq, tk, tv = _describe(q, "q"), _describe(k, "k"), _describe(v, "v")
+        for t in (tq, tk, tv):
+            if t.requires_grad:
+                raise NotImplementedError(
+                    f"{t.name} requires grad, but maskc implements the forward pass only (no backward yet); "
+                    "call it under torch.no_grad() or detach the inputs")
+            if t.dtype != o.dtype:
+                raise ValueError(f"{t.name} is {t.dtype}, but this kernel was compiled for {o.dtype}")
+            if t.device != tq.device or t.library != tq.library:
+                raise ValueError(f"q, k and v must be on one device and of one library ({t.name} is not)")
+        packed = cu_seqlens is not None
+        rank = 3 if packed else 4
+        for t in (tq, tk, tv):
+            if len(t.shape) != rank:
+                layout = "[T, H, D] with cu_seqlens" if packed else "[B, N, H, D] (or [T, H, D] with cu_seqlens)"
+                raise ValueError(f"{t.name} has shape {list(t.shape)}; expected {layout}")
+            if t.shape[-1] != o.head_dim:
+                raise ValueError(f"{t.name} has head dim {t.shape[-1]}, but this kernel was compiled for {o.head_dim}")
+            if t.strides[-1] != 1:
+                raise ValueError(f"{t.name}'s last dimension must be contiguous (stride 1), got stride {t.strides[-1]}")
+            if t.ptr % _ALIGN or any(s % (_ALIGN // _ELEMENT_BYTES) for s in t.strides[:-1]):
+                raise ValueError(f"{t.name}'s rows must be 16-byte aligned (data pointer and strides multiples of 8 elements)")
+        if tk.shape != tv.shape:
+            raise ValueError(f"k and v must have the same shape, got {list(tk.shape)} and {list(tv.shape)}")
+        if tq.shape[:-2] != tk.shape[:-2]:
+            raise ValueError(f"q and k must index the same tokens (self-attention), got {list(tq.shape)} and {list(tk.shape)}")
+        hq, hkv = tq.shape[-2], tk.shape[-2]
+        if hkv == 0 or hq % hkv:
+            raise ValueError(f"q has {hq} heads, which is not a multiple of k's {hkv} heads")
+        if scale is None:
+            scale = 1.0 / math.sqrt(o.head_dim)
+        if not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"scale must be a positive finite number, got {scale}")
+
+        if packed:
+            cu = _host_ints(cu_seqlens, "cu_seqlens")
+            total = tq.shape[0]
+            if len(cu) < 1 or cu[0] != 0 or np.any(np.diff(cu) < 0) or cu[-1] != total:
+                raise ValueError(f"cu_seqlens must start at 0, never decrease and end at T = {total}, got {cu.tolist()}")
+            lengths = np.diff(cu).tolist()
+            offsets = cu[:-1]
+        else:
+            lengths = [tq.shape[1]] * tq.shape[0]
+            offsets = np.zeros(len(lengths), dtype=np.int64)
+        for n in lengths:
+            if n > 2**31 - 1:
+                raise ValueError(f"a sequence of {n} tokens is longer than the 2^31 - 1 maskc supports")
+        if math.prod(tq.shape) >= 2**63:
+            raise ValueError("q is too large: tokens x heads x head_dim must stay below 2^63")
+
+        sequences = self.sequences(lengths, params)
+        desc, tables, _ = self.compiled.tables(sequences, offsets)
+        return self._launch(tq, tk, tv, packed, lengths, desc, tables, scale, return_lse)
+
+    def _launch(self, tq, tk, tv, packed, lengths, desc, tables, scale, return_lse):
+        import cupy
+
+        o = self.compiled.options
+        hq, hkv = tq.shape[-2], tk.shape[-2]
+        batch = len(lengths)
+        if tq.library == "torch":
+            import torch
+
+            out = torch.empty(tq.shape, dtype=tq.obj.dtype, device=tq.obj.device)
+            lse_shape = (hq, tq.shape[0]) if packed else (batch, hq, tq.shape[1])
+            lse = torch.empty(lse_shape, dtype=torch.float32, device=tq.obj.device)
+            stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(tq.obj.device).cuda_stream, tq.device)
+            out_ptr, lse_ptr = out.data_ptr(), lse.data_ptr()
+            out_strides = out.stride()
+        else:
+            with cupy.cuda.Device(tq.device):
+                out = cupy.empty(tq.shape, dtype=tq.obj.dtype)
+                lse_shape = (hq, tq.shape[0]) if packed else (batch, hq, tq.shape[1])
+                lse = cupy.empty(lse_shape, dtype=cupy.float32)
+            stream = cupy.cuda.get_current_stream(tq.device)
+            out_ptr, lse_ptr = out.data.ptr, lse.data.ptr
+            out_strides = tuple(s // out.itemsize for s in out.strides)
+        if packed:
+            q_s, k_s, v_s, o_s = ((0,) + t for t in (tq.strides[:2], tk.strides[:2], tv.strides[:2], out_strides[:2]))
+            lse_strides = (0, tq.shape[0])
+        else:
+            q_s, k_s, v_s, o_s = (t[:3] for t in (tq.strides, tk.strides, tv.strides, out_strides))
+            lse_strides = (hq * tq.shape[1], tq.shape[1])
+        work_items = len(desc.work_seq)
+        if work_items == 0 or hq == 0:
+            return (out, lse) if return_lse else out
+        _, kernel = _module(str(self.compiled.cubin), self.compiled.name, self.compiled.shared_memory_bytes, tq.device)
+        device_tables = _upload(tables, tq.device, stream)
+        args = (
+            np.uint64(tq.ptr), np.uint64(tk.ptr), np.uint64(tv.ptr), np.uint64(out_ptr), np.uint64(lse_ptr),
+            *(np.int64(s) for s in (*q_s, *k_s, *v_s, *o_s, *lse_strides)),
+            np.int32(hq), np.int32(hq // hkv), np.float32(scale * math.log2(math.e)),
+            *device_tables,
+        )
+        with cupy.cuda.Device(tq.device):
+            kernel((work_items * hq,), (128,), args, shared_mem=self.compiled.shared_memory_bytes, stream=stream)
+        return (out, lse) if return_lse else out
+
+
+def _is_per_sequence(value, depth: int) -> bool:
+    """A list one level deeper than the parameter's type gives one value per sequence."""
+    level, x = 0, value
+    while isinstance(x, (list, tuple, np.ndarray)):
+        level += 1
+        if len(x) == 0:
+            break
+        x = x[0]
+    if isinstance(value, np.ndarray):
+        level = value.ndim
+    return level > depth
+
+
+_uploads: dict = {}
+
+
+def _upload(tables, device: int, stream) -> tuple:
+    """Device copies of the kernel tables, made once per (tables, device) and kept with them."""
+    import cupy
+
+    key = (id(tables), device)
+    hit = _uploads.get(key)
+    if hit is not None and hit[0] is tables:
+        return hit[1]
+    with cupy.cuda.Device(device), stream:
+        arrays = tuple(cupy.asarray(a) for a in tables.arrays_in_order())
+    if len(_uploads) > 256:
+        _uploads.clear()
+    _uploads[key] = (tables, arrays)
+    return arrays
+
+
+def load(path, **options) -> Attention:
+    """Compile a `.mask` file for the given options (head_dim, dtype, arch, const parameters) and return
+    the attention callable. Const parameters are passed as keyword options too."""
+    from .compiler import compile_file
+
+    kernel_options, consts = split_options(options)
+    return Attention(compile_file(path, kernel_options, consts))
+
+
+def loads(text: str, **options) -> Attention:
+    from .compiler import compile_text
+
+    kernel_options, consts = split_options(options)
+    return Attention(compile_text(text, kernel_options, consts))
+
+
+def split_options(options: dict) -> tuple:
+    from .codegen import KernelOptions
+
+    names = {"head_dim", "dtype", "arch"}
+    kernel = {k: v for k, v in options.items() if k in names}
+    if "arch" not in kernel:
+        kernel["arch"] = current_arch()
+    consts = {k: v for k, v in options.items() if k not in names}
+    return KernelOptions(**kernel), consts
+
+
+def current_arch() -> str:
+    """The architecture of the current GPU ('sm_90' on an H100/H200), or sm_90 when there is none."""
+    try:
+        import cupy
+
+        major, minor = cupy.cuda.Device().compute_capability[:1], cupy.cuda.Device().compute_capability[1:]
+        return f"sm_{major}{minor}"
+    except Exception:  # no CuPy or no GPU: compile for the most common target
+        return "sm_90"
