@@ -17,9 +17,9 @@ from .syntax import (
     INT64_MIN,
     AllSegments,
     Attribute,
+    BatchLine,
     BinaryOp,
     BoolLit,
-    BoolOp,
     Call,
     Comparison,
     Expr,
@@ -130,13 +130,14 @@ def _param_type(p: ParamDef) -> ParamType:
     return ParamType(p.type.elem, p.type.depth)
 
 
-def _side_text(side: Side) -> str:
-    def item_text(item) -> str:
-        if isinstance(item, AllSegments):
-            return "*"
-        return item.name.text + (f"[{item.index.text}]" if item.index else "")
+def _item_text(item: AllSegments | SegmentRef) -> str:
+    if isinstance(item, AllSegments):
+        return "*"
+    return item.name.text + (f"[{item.index.text}]" if item.index else "")
 
-    return "|".join(item_text(item) for item in side.items)
+
+def _side_text(side: Side) -> str:
+    return "|".join(_item_text(item) for item in side.items)
 
 
 class _Checker:
@@ -283,7 +284,7 @@ class _Checker:
             elif not alone:
                 self.report(
                     item.span,
-                    f"an indexed family '{_side_text(Side((item,), item.span))}' stands alone on its side",
+                    f"an indexed family '{_item_text(item)}' stands alone on its side",
                     "write one rule for it and another for the rest of the union",
                 )
             else:
@@ -293,7 +294,7 @@ class _Checker:
 
     # ---- batch
 
-    def check_batch_line(self, line) -> None:
+    def check_batch_line(self, line: BatchLine) -> None:
         assigned: set[str] = set()
         for assignment in line.assignments:
             name = assignment.name
@@ -371,7 +372,8 @@ class _Checker:
         if name in self.index_var_names:
             if scope.rule is not None:
                 example = self.binding_example(name, scope.rule) or f"R[{name}]"
-                self.report(e.span, f"index variable '{name}' is not bound by this rule", f"bind it on a side: {example}")
+                message = f"index variable '{name}' is not bound by this rule"
+                self.report(e.span, message, f"bind it on a side: {example}")
             else:
                 own = [f"its own index variable is '{v}'" for v in scope.index_vars]
                 self.report(e.span, f"index variable '{name}' cannot be used in {scope.what}", *own)
@@ -433,7 +435,7 @@ class _Checker:
         return segment if isinstance(segment, GridSegment) else None
 
     def infer_subscript(self, e: Subscript, scope: _Scope) -> ParamType | None:
-        array = self.list_param(e.array, scope, "only a list parameter can be indexed")
+        array = self.list_param(e.array, "only a list parameter can be indexed")
         for index in e.indices:
             self.expect(index, INT, scope, "an index")
         if array is None:
@@ -447,16 +449,16 @@ class _Checker:
             return None
         return ParamType(array.elem)
 
-    def list_param(self, name: Name, scope: _Scope, why: str) -> ParamType | None:
+    def list_param(self, name: Name, why: str) -> ParamType | None:
         """The type of the list parameter `name`; None, reporting it, if it is not one."""
         p = self.params.get(name.text)
         if p is not None and p.type.depth > 0:
             return _param_type(p)
-        known = p is not None or name.text in ("n", *TOKENS, *self.index_var_names, *self.segments)
-        if known:
+        if p is not None or name.text in ("n", *TOKENS, *self.index_var_names, *self.segments):
             self.report(name.span, f"'{name.text}' is not a list: {why}")
         else:
-            self.report_unknown(name, "list", [n for n, p in self.params.items() if p.type.depth > 0])
+            lists = [other.name.text for other in self.params.values() if other.type.depth > 0]
+            self.report_unknown(name, "list", lists)
         return None
 
     def infer_call(self, e: Call, scope: _Scope) -> ParamType | None:
@@ -470,10 +472,11 @@ class _Checker:
             self.report(e.span, f"{func}() takes {count} argument{'s' if fewest > 1 else ''}, not {len(e.args)}")
             return BOOL if func == "ancestor" else INT
         if func in ("len", "sum", "ancestor"):
-            array = self.list_argument(e.args[0], func, scope)
+            array = self.list_argument(e.args[0], func)
             if array is not None and func != "len" and array != INT_LIST:
                 purpose = "adds up" if func == "sum" else "reads the parent indices from"
-                self.report(e.args[0].span, f"{func}() {purpose} an [int], but '{e.args[0].text}' is {_describe(array)}")
+                message = f"{func}() {purpose} an [int], but '{e.args[0].text}' is {_describe(array)}"
+                self.report(e.args[0].span, message)
             for arg in e.args[1:]:
                 self.expect(arg, INT, scope, f"an argument of {func}()")
             return BOOL if func == "ancestor" else INT
@@ -481,11 +484,11 @@ class _Checker:
             self.expect(arg, INT, scope, f"an argument of {func}()")
         return INT
 
-    def list_argument(self, arg: Expr, func: str, scope: _Scope) -> ParamType | None:
+    def list_argument(self, arg: Expr, func: str) -> ParamType | None:
         if not isinstance(arg, Name):
             self.report(arg.span, f"{func}() takes the name of a list parameter")
             return None
-        return self.list_param(arg, scope, f"{func}() takes a list parameter")
+        return self.list_param(arg, f"{func}() takes a list parameter")
 
     def infer_arithmetic(self, e: BinaryOp, scope: _Scope) -> ParamType:
         if e.op == "^":

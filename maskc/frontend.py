@@ -33,7 +33,8 @@ def read_file(path: str | os.PathLike) -> ir.Program:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
-        raise MaskError(Diagnostic(Span.unknown(), f"cannot read {name}: {e.strerror or e}"), Source(name, "")) from None
+        message = f"cannot read {name}: {e.strerror or e}"
+        raise MaskError(Diagnostic(Span.unknown(), message), Source(name, "")) from None
     try:
         text = data.decode("utf-8-sig")  # an editor's byte-order mark is not part of the mask
     except UnicodeDecodeError as e:

@@ -343,7 +343,8 @@ _INTEGER = re.compile(r"[0-9]+(_[0-9]+)*")
 
 def _integer(token: lark.Token, span: Span, negative: bool = False) -> IntLit:
     if not _INTEGER.fullmatch(token):
-        raise error(span, f"malformed integer literal '{token}'", "write decimal digits, with '_' only between digits (32_768)")
+        hint = "write decimal digits, with '_' only between digits (32_768)"
+        raise error(span, f"malformed integer literal '{token}'", hint)
     value = -int(token) if negative else int(token)  # int() accepts the '_' separators
     if not INT64_MIN <= value <= INT64_MAX:
         raise error(span, f"integer literal {'-' if negative else ''}{token} does not fit in 64 bits")
@@ -379,7 +380,8 @@ class _Builder:
         if const:
             children.pop(0)
         name, type_tree, *default = children
-        return ParamDef(_name(name), self.build(type_tree), const, self.build(default[0]) if default else None, _span(tree))
+        default_value = self.build(default[0]) if default else None
+        return ParamDef(_name(name), self.build(type_tree), const, default_value, _span(tree))
 
     def int_type(self, tree):
         return TypeRef("int", 0, _span(tree))

@@ -19,7 +19,6 @@ from maskc.syntax import (
     IntLit,
     ListLit,
     Name,
-    SegmentRef,
     SingleSegment,
     Subscript,
     UnaryOp,
