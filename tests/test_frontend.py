@@ -1,6 +1,8 @@
 """read_program / read_file: the whole front end, and input that is not a readable mask at all."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from maskc.diagnostics import MaskError
 from maskc.frontend import read_file, read_program
@@ -54,3 +56,60 @@ def test_byte_order_mark_is_ignored(tmp_path):
 def test_pathological_nesting_is_an_error_not_a_crash(predicate):
     text = error_text(read_program, CAUSAL.replace("causal", "where " + predicate))
     assert text == "<mask>: error: expressions are nested too deeply"
+
+
+# ---- robustness: whatever the input, the front end returns a program or raises MaskError
+
+FUZZ_HEADER = (
+    "mask m(w: int = 4, d: [int] = [2, 2], t: [[bool]] = [[true]], p: [int] = [-1], const h: int = 2)\n"
+    "segments:\n    D[i] = d[i]\n    I = grid(h, h)\nrules:\n"
+)
+FRAGMENTS = [
+    "mask", "m", "(", ")", "[", "]", "n", ":", "int", "bool", "=", ",", "\n", "    ", "segments", "rules",
+    "batch", "where", "full", "causal", "->", "|", "*", "q", "k", ".", "pos", "y", "t", "+", "-", "^", "//",
+    "<", "<=", "==", "and", "not", "1", "99999999999999999999", "1_", "true", "#", "grid", "é", "\t", "D[i]",
+    "D[j]", "I", "i", "j", "w", "d", "len", "sum", "min", "clamp", "ancestor",
+]  # fmt: skip
+
+# Well-typed predicates mostly, so that checking and lowering run; `q.t` and `k.y` are errors on some sides.
+INTS = st.deferred(
+    lambda: st.one_of(
+        st.sampled_from(["q", "k", "q.pos", "k.y", "q.t", "i", "j", "w", "n", "0", "2", "-3", "len(d)", "sum(d)"]),
+        st.tuples(INTS, st.sampled_from(["+", "-", "*"]), INTS).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+        st.tuples(INTS, st.sampled_from(["//", "%"]), st.sampled_from(["w", "2", "q"])).map(" ".join),
+        INTS.map(lambda e: f"-{e}^2"),
+        st.tuples(INTS, INTS).map(lambda t: f"min({t[0]}, {t[1]}, 3)"),
+        st.tuples(INTS, INTS).map(lambda t: f"clamp({t[0]}, 0, {t[1]})"),
+        INTS.map(lambda e: f"abs(d[{e}])"),
+    )
+)
+BOOLS = st.deferred(
+    lambda: st.one_of(
+        st.tuples(INTS, st.sampled_from(["<", "<=", "==", "!="]), INTS).map(" ".join),
+        st.tuples(INTS, INTS, INTS).map(lambda t: f"{t[0]} <= {t[1]} < {t[2]}"),
+        st.tuples(BOOLS, st.sampled_from(["and", "or"]), BOOLS).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+        BOOLS.map(lambda e: f"not {e}"),
+        st.tuples(INTS, INTS).map(lambda t: f"t[{t[0]}][{t[1]}]"),
+        st.tuples(INTS, INTS).map(lambda t: f"ancestor(p, {t[0]}, {t[1]})"),
+        st.just("true"),
+    )
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(FRAGMENTS), max_size=40).map(" ".join))
+def test_random_text_is_a_program_or_a_mask_error(text):
+    for candidate in (text, FUZZ_HEADER + "    " + text):
+        try:
+            read_program(candidate)
+        except MaskError as e:
+            e.render()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["D[i] -> D[j]", "D[i] -> D[i]", "I -> I", "* -> D"]), BOOLS)
+def test_random_predicates_are_a_program_or_a_mask_error(sides, predicate):
+    try:
+        read_program(FUZZ_HEADER + f"    {sides} where {predicate}\n")
+    except MaskError as e:
+        e.render()

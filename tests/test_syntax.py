@@ -1,9 +1,6 @@
 """The parser: every construct of docs/language.md, source spans, and syntax errors in words."""
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from maskc.diagnostics import MaskError, Span
 from maskc.resources import resource_dir
 from maskc.syntax import (
@@ -251,21 +248,3 @@ def test_the_grammar_has_no_conflicts():
 
     grammar = (resource_dir("grammar") / "mask.lark").read_text()
     lark.Lark(grammar, parser="lalr", lexer="basic", strict=True)
-
-
-# Fragments of the language, glued at random: mostly invalid files, which must fail with a MaskError only.
-FRAGMENTS = [
-    "mask", "m", "(", ")", "[", "]", "n", ":", "int", "bool", "=", ",", "\n", "    ", "segments", "rules",
-    "batch", "where", "full", "causal", "->", "|", "*", "q", "k", ".", "pos", "y", "+", "-", "^", "//", "<",
-    "<=", "==", "and", "not", "1", "99999999999999999999", "1_", "true", "#", "grid", "é", "\t",
-]  # fmt: skip
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(FRAGMENTS), max_size=40).map(" ".join))
-def test_any_input_parses_or_raises_mask_error(text):
-    try:
-        parse(HEADER + "    S -> S where " + text)
-        parse(text)
-    except MaskError as e:
-        e.render()
