@@ -1,7 +1,15 @@
 """maskc: a compiler for attention masks.
 
     attn = maskc.load("hstu.mask", head_dim=128, dtype="bf16")
-    out = attn(q, k, v, targets=256)
+    out = attn(q, k, v, targets=256)              # torch or CuPy tensors, on the caller's stream
+
+`maskc.load(path, **options)` / `maskc.loads(text, **options)` compile a mask (options: head_dim, dtype,
+arch, and values for `const` parameters) and return an `Attention` callable.
 """
 
 __version__ = "0.1.0"
+
+from .diagnostics import MaskError  # noqa: E402
+from .runtime import Attention, load, loads  # noqa: E402
+
+__all__ = ["Attention", "MaskError", "load", "loads", "__version__"]

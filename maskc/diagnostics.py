@@ -42,7 +42,7 @@ class Source:
     text: str
 
     def line_text(self, line: int) -> str:
-        lines = self.text.splitlines()
+        lines = self.text.split("\n")  # the parser counts only \n as a line break
         return lines[line - 1] if 1 <= line <= len(lines) else ""
 
 

@@ -72,6 +72,8 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, sca
 
     Rows with no visible key give zeros and LSE = -inf.
     """
+    if len(q) == 0:
+        return np.zeros((0, v.shape[1])), np.zeros(0)
     s = (q.astype(np.float64) @ k.astype(np.float64).T) * scale
     s = np.where(mask, s, -np.inf)
     m = s.max(axis=1, keepdims=True)
@@ -82,3 +84,50 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, sca
     o = (p @ v.astype(np.float64)) / np.where(l_sum == 0, 1.0, l_sum)
     lse = np.where(empty[:, 0], -np.inf, m[:, 0] + np.log(np.where(l_sum[:, 0] == 0, 1.0, l_sum[:, 0])))
     return np.where(empty, 0.0, o), lse
+
+
+def simulate(program: ir.Program, desc, layouts: list[ConcreteLayout], values: list[SequenceValues],
+             q: list[np.ndarray], k: list[np.ndarray], v: list[np.ndarray], scale: float):
+    """A CPU model of the kernel's tile loop, in float32: for each query tile, visit exactly the k tiles the
+    descriptor lists, in order, with an online softmax; full tiles apply no mask, partial tiles evaluate only
+    the regions their kind names. Per sequence: q/k/v [n, D] -> (O [n, D], LSE [n]).
+
+    If this matches dense attention, the descriptor (lists, kinds, order) and the online softmax are right.
+    """
+    bq, bk = desc.config.block_q, desc.config.block_k
+    outs = [np.zeros((lay.n, q[b].shape[1]), np.float32) for b, lay in enumerate(layouts)]
+    lses = [np.full(lay.n, -np.inf, np.float32) for lay in layouts]
+    log2e = np.float32(np.log2(np.e))
+    for w in range(len(desc.work_seq)):
+        b, qt = int(desc.work_seq[w]), int(desc.work_qtile[w])
+        lay, val = layouts[b], values[b]
+        rows = np.arange(qt * bq, min((qt + 1) * bq, lay.n))
+        if len(rows) == 0:
+            continue
+        m = np.full(len(rows), -np.inf, np.float32)
+        l_sum = np.zeros(len(rows), np.float32)
+        acc = np.zeros((len(rows), v[b].shape[1]), np.float32)
+        qs = q[b][rows].astype(np.float32)
+        for j in range(desc.row_ptr[w], desc.row_ptr[w + 1]):
+            kt, kind = int(desc.k_tile[j]), int(desc.kind[j])
+            cols = np.arange(kt * bk, (kt + 1) * bk)
+            inside = cols < lay.n
+            colc = np.minimum(cols, max(lay.n - 1, 0))
+            s = (qs @ k[b][colc].astype(np.float32).T) * np.float32(scale * log2e)
+            if kind != 0:
+                vis = np.zeros(s.shape, dtype=bool)
+                for r, region in enumerate(program.regions):
+                    if kind >> r & 1:
+                        vis |= region_visible(program, region, lay, val, rows[:, None], colc[None, :])
+                s = np.where(vis & inside[None, :], s, -np.inf)
+            new_m = np.maximum(m, s.max(axis=1))
+            base = np.where(np.isneginf(new_m), 0, new_m).astype(np.float32)
+            corr = np.exp2(m - base)
+            p = np.exp2(s - base[:, None])
+            l_sum = l_sum * corr + p.sum(axis=1)
+            acc = acc * corr[:, None] + p @ np.where(inside[:, None], v[b][colc], 0).astype(np.float32)
+            m = new_m
+        seen = l_sum > 0
+        outs[b][rows] = np.where(seen[:, None], acc / np.where(seen, l_sum, 1)[:, None], 0)
+        lses[b][rows] = np.where(seen, (m + np.log2(np.where(seen, l_sum, 1))) / log2e, -np.inf)
+    return outs, lses

@@ -117,7 +117,8 @@ class Attention:
                 seq[name] = value[b] if per_sequence else value
         return out
 
-    def __call__(self, q, k, v, *, cu_seqlens=None, scale: float | None = None, return_lse: bool = False, **params):
+    def __call__(self, q, k, v, *, cu_seqlens=None, scale: float | None = None, return_lse: bool = False,
+                 out=None, lse=None, **params):
         o = self.compiled.options
         tq, tk, tv = _describe(q, "q"), _describe(k, "k"), _describe(v, "v")
         for t in (tq, tk, tv):
@@ -171,31 +172,22 @@ class Attention:
 
         sequences = self.sequences(lengths, params)
         desc, tables, _ = self.compiled.tables(sequences, offsets)
-        return self._launch(tq, tk, tv, packed, lengths, desc, tables, scale, return_lse)
+        lse_shape = (tq.shape[-2], tq.shape[0]) if packed else (len(lengths), tq.shape[-2], tq.shape[1])
+        out, lse = _outputs(tq, out, lse, lse_shape)
+        return self._launch(tq, tk, tv, out, lse, packed, desc, tables, scale, return_lse)
 
-    def _launch(self, tq, tk, tv, packed, lengths, desc, tables, scale, return_lse):
+    def _launch(self, tq, tk, tv, to, tl, packed, desc, tables, scale, return_lse):
         import cupy
 
-        o = self.compiled.options
         hq, hkv = tq.shape[-2], tk.shape[-2]
-        batch = len(lengths)
+        out, lse = to.obj, tl.obj
         if tq.library == "torch":
             import torch
 
-            out = torch.empty(tq.shape, dtype=tq.obj.dtype, device=tq.obj.device)
-            lse_shape = (hq, tq.shape[0]) if packed else (batch, hq, tq.shape[1])
-            lse = torch.empty(lse_shape, dtype=torch.float32, device=tq.obj.device)
             stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(tq.obj.device).cuda_stream, tq.device)
-            out_ptr, lse_ptr = out.data_ptr(), lse.data_ptr()
-            out_strides = out.stride()
         else:
-            with cupy.cuda.Device(tq.device):
-                out = cupy.empty(tq.shape, dtype=tq.obj.dtype)
-                lse_shape = (hq, tq.shape[0]) if packed else (batch, hq, tq.shape[1])
-                lse = cupy.empty(lse_shape, dtype=cupy.float32)
             stream = cupy.cuda.get_current_stream(tq.device)
-            out_ptr, lse_ptr = out.data.ptr, lse.data.ptr
-            out_strides = tuple(s // out.itemsize for s in out.strides)
+        out_ptr, lse_ptr, out_strides = to.ptr, tl.ptr, to.strides
         if packed:
             q_s, k_s, v_s, o_s = ((0,) + t for t in (tq.strides[:2], tk.strides[:2], tv.strides[:2], out_strides[:2]))
             lse_strides = (0, tq.shape[0])
@@ -216,6 +208,36 @@ class Attention:
         with cupy.cuda.Device(tq.device):
             kernel((work_items * hq,), (128,), args, shared_mem=self.compiled.shared_memory_bytes, stream=stream)
         return (out, lse) if return_lse else out
+
+
+def _outputs(tq: _Tensor, out, lse, lse_shape) -> tuple[_Tensor, _Tensor]:
+    """The output buffers: the caller's (checked), or new ones like q."""
+    if tq.library == "torch":
+        import torch
+
+        if out is None:
+            out = torch.empty(tq.shape, dtype=tq.obj.dtype, device=tq.obj.device)
+        if lse is None:
+            lse = torch.empty(lse_shape, dtype=torch.float32, device=tq.obj.device)
+    else:
+        import cupy
+
+        with cupy.cuda.Device(tq.device):
+            if out is None:
+                out = cupy.empty(tq.shape, dtype=tq.obj.dtype)
+            if lse is None:
+                lse = cupy.empty(lse_shape, dtype=cupy.float32)
+    to, tl = _describe(out, "out"), _describe(lse, "lse")
+    if to.shape != tq.shape or to.dtype != tq.dtype or to.device != tq.device or to.library != tq.library:
+        raise ValueError(f"out must be like q ({tq.library}, {tq.dtype}, {list(tq.shape)}), got "
+                         f"{to.library}, {to.dtype}, {list(to.shape)}")
+    if to.strides[-1] != 1 or to.ptr % 4 or any(s % 2 for s in to.strides[:-1]):
+        raise ValueError("out's last dimension must be contiguous and its rows 4-byte aligned")
+    expected = tuple(int(x) for x in lse_shape)
+    contiguous = tuple(int(x) for x in np.cumprod((1,) + expected[::-1])[:-1][::-1])
+    if tl.shape != expected or tl.dtype != "float32" or tl.strides != contiguous or tl.device != tq.device:
+        raise ValueError(f"lse must be a contiguous float32 tensor of shape {list(expected)} on q's device")
+    return to, tl
 
 
 def _is_per_sequence(value, depth: int) -> bool:

@@ -1,0 +1,53 @@
+"""Compile a generated kernel's mask section for the host with a C++ compiler and evaluate it on every
+(q, k) pair: the generated mask code checked against the exact definition without a GPU."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+HARNESS = r"""
+extern "C" void maskc_eval_all(const i64* seq_table, const int* seg_start, const int* seg_code, const int* arrays,
+                               int b, int n, unsigned char* out) {
+    const MaskSeq s = mask_seq(seq_table, seg_start, seg_code, arrays, b);
+    for (int q = 0; q < n; ++q) {
+        const MaskRow row = mask_row(s, q);
+        for (int k = 0; k < n; ++k) out[(long long)q * n + k] = mask_visible(s, row, mask_col(s, k), 0xffffffffu);
+    }
+}
+"""
+
+
+def compiler() -> str | None:
+    return shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+
+
+def build(source: str, workdir: Path) -> ctypes.CDLL:
+    """The generated .cu compiled as host C++ (its device part is behind __CUDACC__)."""
+    text = source + HARNESS
+    key = hashlib.sha256(text.encode()).hexdigest()[:16]
+    src = workdir / f"mask_{key}.cpp"
+    lib = workdir / f"mask_{key}.so"
+    if not lib.exists():
+        src.write_text(text)
+        subprocess.run([compiler(), "-O1", "-shared", "-fPIC", "-std=c++17", "-o", str(lib), str(src)],
+                       check=True, capture_output=True, text=True)
+    return ctypes.CDLL(str(lib))
+
+
+def evaluate_all(lib: ctypes.CDLL, tables, b: int, n: int) -> np.ndarray:
+    out = np.zeros((n, n), dtype=np.uint8)
+    arrays = [np.ascontiguousarray(a) for a in (tables.seq_table, tables.seg_start, tables.seg_code, tables.arrays)]
+    ptrs = [a.ctypes.data_as(ctypes.c_void_p) for a in arrays]
+    lib.maskc_eval_all(*ptrs, ctypes.c_int(b), ctypes.c_int(n), out.ctypes.data_as(ctypes.c_void_p))
+    return out.astype(bool)
+
+
+def workdir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="maskc-host-"))

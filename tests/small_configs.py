@@ -1,0 +1,24 @@
+"""Small configurations of every example (const values, and runtime values per sequence): ragged sizes,
+empty segments and families, several sequences, so that brute force stays cheap."""
+
+SMALL = {
+    "block_sparse": ({}, [{"n": 700}]),
+    "causal": ({}, [{"n": 300}, {"n": 129}]),
+    "chunked_causal": ({}, [{"n": 300, "chunk": 37}]),
+    "clear": ({"h": 13, "w": 21}, [{"r": 4}]),
+    "clear_text": ({"h": 11, "w": 17}, [{"text": 20, "r": 5}]),
+    "dilated_window": ({}, [{"n": 300, "window": 10, "dilation": 3}]),
+    "document": ({}, [{"docs": [50, 0, 70, 3, 90]}, {"docs": [200]}]),
+    "full": ({}, [{"n": 100}, {"n": 0}, {"n": 65}]),
+    "global_window": ({}, [{"n": 300, "global_tokens": 5, "radius": 20}]),
+    "hstu": ({}, [{"n": 300, "targets": 40}]),
+    "hstu_jagged": ({}, [{"n": 300}, {"n": 270, "targets": 30}]),
+    "natten2d": ({"h": 14, "w": 19}, [{"kernel": 5, "d": 1}, {"kernel": 3, "d": 2}]),
+    "prefix_lm": ({}, [{"n": 300, "prefix": 45}]),
+    "rm_shared": ({}, [{"prompt": 40, "responses": [30, 0, 25]}, {"prompt": 13, "responses": []}]),
+    "shared_prompt": ({}, [{"n": 300, "responses": [50, 60, 7]}]),
+    "sinks_window": ({}, [{"n": 300, "sinks": 4, "window": 30}]),
+    "sliding_window": ({}, [{"n": 300, "window": 33}]),
+    "tree": ({}, [{"n": 60}, {"n": 40, "parent": [-1, 0, 1, 0, 3, 3, -1, 6]}]),
+    "video3d": ({"frames": 3, "h": 7, "w": 9}, [{"rt": 1, "ry": 2, "rx": 3}]),
+}
