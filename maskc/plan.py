@@ -289,16 +289,18 @@ def _expand(count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return which, offset
 
 
-def _search_region(program, r: int, region: ir.Region, batch: _Batch, config: TileConfig) -> dict[str, np.ndarray]:
-    """Tiles that region r may make visible: seq, qt, kt, status (1 TRUE, 2 UNKNOWN), covers, exact."""
+def _search_region(program, region: ir.Region, batch: _Batch, config: TileConfig) -> dict[str, np.ndarray]:
+    """Where one region may make pairs visible, as ranges of k tiles per (instance, q tile).
+
+    Returns arrays over ranges: seq, qt, k0, k1 (inclusive), status (1: TRUE on the whole range,
+    2: UNKNOWN on a single tile), exact (for UNKNOWN: the answer is exact), and the instance's spans
+    qa, qb, ka, kb, so that callers can tell which tiles it covers entirely.
+    """
     inst = _instances(program, region, batch)
-    empty = {k: np.zeros(0, np.int64) for k in ("seq", "qt", "kt", "status")}
-    empty.update(covers=np.zeros(0, bool), exact=np.zeros(0, bool))
     if len(inst["seq"]) == 0 or region.pred == ir.FALSE:
-        return empty
+        return {k: np.zeros(0, np.int64) for k in _RANGE_FIELDS}
     bq, bk = config.block_q, config.block_k
     leaves = _Leaves(program, region, batch)
-    n_of = np.array([lay.n for lay in batch.layouts], dtype=np.int64)
 
     # One box per (instance, q tile), covering every k tile of the instance's k span.
     qt_first, qt_last = inst["qa"] // bq, (inst["qb"] - 1) // bq
@@ -308,7 +310,7 @@ def _search_region(program, r: int, region: ir.Region, batch: _Batch, config: Ti
     box_k0 = inst["ka"][which] // bk
     box_k1 = (inst["kb"][which] - 1) // bk
 
-    out_inst, out_qt, out_kt, out_status = [], [], [], []
+    found = []
     pred = region.pred
     while len(box_inst):
         q_lo = np.maximum(box_qt * bq, inst["qa"][box_inst])
@@ -320,45 +322,34 @@ def _search_region(program, r: int, region: ir.Region, batch: _Batch, config: Ti
         can_f = np.broadcast_to(res.can_false, box_inst.shape)
         all_true = can_t & ~can_f
         single = box_k0 == box_k1
-        emit = all_true | (can_t & single)
-        if emit.any():
-            idx = np.nonzero(emit)[0]
-            w, off = _expand(box_k1[idx] - box_k0[idx] + 1)
-            sel = idx[w]
-            out_inst.append(box_inst[sel])
-            out_qt.append(box_qt[sel])
-            out_kt.append(box_k0[sel] + off)
-            out_status.append(np.where(all_true[sel], 1, 2))
-        split = can_t & can_f & ~single
-        idx = np.nonzero(split)[0]
+        emit = np.nonzero(all_true | (can_t & single))[0]
+        if len(emit):
+            found.append((box_inst[emit], box_qt[emit], box_k0[emit], box_k1[emit], np.where(all_true[emit], 1, 2)))
+        idx = np.nonzero(can_t & can_f & ~single)[0]
         mid = (box_k0[idx] + box_k1[idx]) // 2
         box_inst = np.concatenate([box_inst[idx], box_inst[idx]])
         box_qt = np.concatenate([box_qt[idx], box_qt[idx]])
         box_k0, box_k1 = np.concatenate([box_k0[idx], mid + 1]), np.concatenate([mid, box_k1[idx]])
 
-    if not out_inst:
-        return empty
-    t_inst = np.concatenate(out_inst)
-    qt = np.concatenate(out_qt)
-    kt = np.concatenate(out_kt)
-    status = np.concatenate(out_status)
-    seq = inst["seq"][t_inst]
-    # A TRUE instance covers its tile when the tile's real rows and all its columns lie in its spans.
-    rows_end = np.minimum(qt * bq + bq, n_of[seq])
-    covers = ((status == 1) & (qt * bq >= inst["qa"][t_inst]) & (rows_end <= inst["qb"][t_inst])
-              & (kt * bk >= inst["ka"][t_inst]) & (kt * bk + bk <= inst["kb"][t_inst]))
+    if not found:
+        return {k: np.zeros(0, np.int64) for k in _RANGE_FIELDS}
+    r_inst, qt, k0, k1, status = (np.concatenate(parts) for parts in zip(*found))
     # UNKNOWN tiles: ask again, tracking whether the answer is exact.
-    exact = np.zeros(len(kt), dtype=bool)
+    exact = np.zeros(len(k0), dtype=bool)
     unknown = np.nonzero(status == 2)[0]
     if len(unknown):
-        u = t_inst[unknown]
+        u = r_inst[unknown]
         q_lo = np.maximum(qt[unknown] * bq, inst["qa"][u])
         q_hi = np.minimum(qt[unknown] * bq + bq, inst["qb"][u]) - 1
-        k_lo = np.maximum(kt[unknown] * bk, inst["ka"][u])
-        k_hi = np.minimum(kt[unknown] * bk + bk, inst["kb"][u]) - 1
+        k_lo = np.maximum(k0[unknown] * bk, inst["ka"][u])
+        k_hi = np.minimum(k0[unknown] * bk + bk, inst["kb"][u]) - 1
         res = leaves.build(inst, u, q_lo, q_hi, k_lo, k_hi, track=True).bool(pred)
         exact[unknown] = np.broadcast_to(res.exact & res.can_true & res.can_false, u.shape)
-    return dict(seq=seq, qt=qt, kt=kt, status=status, covers=covers, exact=exact)
+    return dict(seq=inst["seq"][r_inst], qt=qt, k0=k0, k1=k1, status=status, exact=exact,
+                qa=inst["qa"][r_inst], qb=inst["qb"][r_inst], ka=inst["ka"][r_inst], kb=inst["kb"][r_inst])
+
+
+_RANGE_FIELDS = ("seq", "qt", "k0", "k1", "status", "exact", "qa", "qb", "ka", "kb")
 
 
 def _refine(program, batch: _Batch, config: TileConfig, seq, qt, kt) -> np.ndarray:
@@ -379,6 +370,27 @@ def _refine(program, batch: _Batch, config: TileConfig, seq, qt, kt) -> np.ndarr
     return result
 
 
+def _split_true_ranges(r: dict[str, np.ndarray], config: TileConfig, n_of: np.ndarray):
+    """A TRUE range of an instance covers the tiles that lie entirely inside the instance's spans (rows past
+    the sequence end do not matter): cut each range into its uncovered left part, covered middle and
+    uncovered right part. Returns (index of the source range, first tile, last tile, covered)."""
+    bq, bk = config.block_q, config.block_k
+    rows_ok = (r["qt"] * bq >= r["qa"]) & (np.minimum(r["qt"] * bq + bq, n_of[r["seq"]]) <= r["qb"])
+    c0 = np.maximum(r["k0"], -(-r["ka"] // bk))
+    c1 = np.minimum(r["k1"], r["kb"] // bk - 1)
+    has_middle = rows_ok & (c0 <= c1) & (r["status"] == 1)
+    c0 = np.where(has_middle, c0, r["k1"] + 1)
+    c1 = np.where(has_middle, c1, r["k1"])
+    idx = np.arange(len(r["k0"]))
+    pieces = [(idx, r["k0"], c0 - 1, False), (idx, c0, c1, True), (idx, c1 + 1, r["k1"], False)]
+    src = np.concatenate([p[0] for p in pieces])
+    lo = np.concatenate([p[1] for p in pieces])
+    hi = np.concatenate([p[2] for p in pieces])
+    covered = np.concatenate([np.full(len(idx), p[3]) for p in pieces])
+    keep = lo <= hi
+    return src[keep], lo[keep], hi[keep], covered[keep]
+
+
 def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[SequenceValues],
          config: TileConfig = TileConfig(), refine_budget: int = DEFAULT_REFINE_BUDGET) -> Descriptor:
     start = time.perf_counter()
@@ -388,63 +400,84 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
     q_tiles = -(-ns // bq)
     k_tiles = -(-ns // bk)
     qtile_base = np.concatenate([[0], np.cumsum(q_tiles)]).astype(np.int64)
-    stride = int(k_tiles.max()) if len(k_tiles) else 1
     stats = PlanStats(tiles_total=int((q_tiles * k_tiles).sum()))
 
-    parts = [_search_region(program, r, region, batch, config) for r, region in enumerate(program.regions)]
-    region_of = np.concatenate([np.full(len(p["kt"]), r, dtype=np.int64) for r, p in enumerate(parts)])
-    rec = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]} if parts else None
+    parts = [_search_region(program, region, batch, config) for region in program.regions]
+    r = {name: np.concatenate([p[name] for p in parts]) if parts else np.zeros(0, np.int64) for name in _RANGE_FIELDS}
+    r["bit"] = np.concatenate([np.full(len(p["k0"]), 1 << i, dtype=np.uint32) for i, p in enumerate(parts)]) \
+        if parts else np.zeros(0, np.uint32)
+    r["gq"] = qtile_base[r["seq"]] + r["qt"]
+    order = np.lexsort((r["k0"], r["gq"]))
+    r = {name: a[order] for name, a in r.items()}
 
-    if rec is None or len(rec["kt"]) == 0:
-        keys = np.zeros(0, np.int64)
-        kinds = np.zeros(0, np.uint32)
-    else:
-        key = (qtile_base[rec["seq"]] + rec["qt"]) * stride + rec["kt"]
+    # Entries of the descriptor before ordering: (gq, first k tile, last k tile, kind, needs exact check).
+    # Query tiles whose ranges never overlap (one instance answers for each tile, the common case) are
+    # decided range by range; the others are merged tile by tile.
+    overlap = (r["gq"][1:] == r["gq"][:-1]) & (r["k0"][1:] <= r["k1"][:-1])
+    mixed = np.isin(r["gq"], r["gq"][1:][overlap]) if overlap.any() else np.zeros(len(r["gq"]), dtype=bool)
+
+    clean = {name: a[~mixed] for name, a in r.items()}
+    src, lo, hi, covered = _split_true_ranges(clean, config, ns)
+    status, exact = clean["status"][src], clean["exact"][src]
+    e_gq, e_lo, e_hi = [clean["gq"][src]], [lo], [hi]
+    e_kind = [np.where(covered, 0, clean["bit"][src]).astype(np.uint32)]
+    e_todo = [(status == 2) & ~exact]  # a TRUE range is decided: covered, or partly outside its instance
+
+    if mixed.any():
+        m = {name: a[mixed] for name, a in r.items()}
+        src, lo, hi, covered = _split_true_ranges(m, config, ns)
+        w, off = _expand(hi - lo + 1)
+        tile_src, kt, tile_covered = src[w], lo[w] + off, covered[w]
+        stride = int(k_tiles.max())
+        key = m["gq"][tile_src] * stride + kt
         order = np.argsort(key, kind="stable")
-        key = key[order]
-        first = np.concatenate([[True], key[1:] != key[:-1]])
-        starts = np.nonzero(first)[0]
-        keys = key[starts]
-        bits = np.bitwise_or.reduceat((np.uint32(1) << region_of[order].astype(np.uint32)), starts)
-        full = np.logical_or.reduceat(rec["covers"][order], starts)
+        key, tile_src, tile_covered = key[order], tile_src[order], tile_covered[order]
+        starts = np.nonzero(np.concatenate([[True], key[1:] != key[:-1]]))[0]
+        bits = np.bitwise_or.reduceat(m["bit"][tile_src], starts)
+        full = np.logical_or.reduceat(tile_covered, starts)
         count = np.diff(np.append(starts, len(key)))
-        status = rec["status"][order][starts]
-        decided = full | ((count == 1) & (((status == 2) & rec["exact"][order][starts])
-                                          | ((status == 1) & ~rec["covers"][order][starts])))
-        kinds = np.where(full, 0, bits).astype(np.uint32)
-        keep = np.ones(len(keys), dtype=bool)
-        todo = np.nonzero(~decided)[0]
-        if len(todo):
-            affordable = todo[: max(0, refine_budget // (bq * bk))]
-            stats.tiles_conservative = len(todo) - len(affordable)
-            if len(affordable):
-                gq = keys[affordable] // stride
-                seq = np.searchsorted(qtile_base, gq, side="right") - 1
-                exact_kind = _refine(program, batch, config, seq, gq - qtile_base[seq], keys[affordable] % stride)
-                keep[affordable] = exact_kind != 0
-                kinds[affordable] = np.where(exact_kind == 1, 0, kinds[affordable])
-                stats.tiles_refined = len(affordable)
-        keys, kinds = keys[keep], kinds[keep]
+        first = tile_src[starts]
+        decided = full | ((count == 1) & (((m["status"][first] == 2) & m["exact"][first]) | (m["status"][first] == 1)))
+        e_gq.append(key[starts] // stride)
+        e_lo.append(key[starts] % stride)
+        e_hi.append(key[starts] % stride)
+        e_kind.append(np.where(full, 0, bits).astype(np.uint32))
+        e_todo.append(~decided)
 
-    # CSR in visiting order: query tiles with the most work first.
+    gq, lo, hi, kinds, todo = (np.concatenate(x) for x in (e_gq, e_lo, e_hi, e_kind, e_todo))
+
+    # Tiles whose interval answer may be loose, or that several instances touch, are evaluated exactly.
+    keep = np.ones(len(gq), dtype=bool)
+    todo = np.nonzero(todo)[0]  # always single tiles
+    if len(todo):
+        affordable = todo[: max(0, refine_budget // (bq * bk))]
+        stats.tiles_conservative = len(todo) - len(affordable)
+        if len(affordable):
+            seq = np.searchsorted(qtile_base, gq[affordable], side="right") - 1
+            exact_kind = _refine(program, batch, config, seq, gq[affordable] - qtile_base[seq], lo[affordable])
+            keep[affordable] = exact_kind != 0
+            kinds[affordable] = np.where(exact_kind == 1, 0, kinds[affordable])
+            stats.tiles_refined = len(affordable)
+    gq, lo, hi, kinds = gq[keep], lo[keep], hi[keep], kinds[keep]
+
+    # CSR in visiting order: query tiles with the most work first, k tiles ascending inside each.
     total_q = int(qtile_base[-1])
-    gq = keys // stride
-    counts = np.bincount(gq, minlength=total_q).astype(np.int64)
-    order = np.argsort(-counts, kind="stable")
-    row_ptr = np.concatenate([[0], np.cumsum(counts[order])]).astype(np.int64)
-    new_start = np.empty(total_q, dtype=np.int64)
-    new_start[order] = row_ptr[:-1]
-    old_start = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    position = new_start[gq] + (np.arange(len(keys)) - old_start[gq])
-    k_tile = np.empty(len(keys), dtype=np.int32)
-    kind = np.empty(len(keys), dtype=np.uint32)
-    k_tile[position] = keys % stride
-    kind[position] = kinds
-    work_seq = (np.searchsorted(qtile_base, order, side="right") - 1).astype(np.int32)
-    work_qtile = (order - qtile_base[work_seq]).astype(np.int32)
+    lengths = hi - lo + 1
+    counts = np.bincount(gq, weights=lengths, minlength=total_q).astype(np.int64)
+    visit = np.argsort(-counts, kind="stable")
+    rank = np.empty(total_q, dtype=np.int64)
+    rank[visit] = np.arange(total_q)
+    order = np.lexsort((lo, rank[gq]))
+    lo, lengths, kinds = lo[order], lengths[order], kinds[order]
+    w, off = _expand(lengths)
+    k_tile = (lo[w] + off).astype(np.int32)
+    kind = kinds[w]
+    row_ptr = np.concatenate([[0], np.cumsum(counts[visit])]).astype(np.int64)
+    work_seq = (np.searchsorted(qtile_base, visit, side="right") - 1).astype(np.int32)
+    work_qtile = (visit - qtile_base[work_seq]).astype(np.int32)
 
-    stats.tiles_full = int((kind == 0).sum())
-    stats.tiles_partial = int((kind != 0).sum())
+    stats.tiles_full = int(np.count_nonzero(kind == 0))
+    stats.tiles_partial = len(kind) - stats.tiles_full
     desc = Descriptor(config, ns, qtile_base, work_seq, work_qtile, row_ptr.astype(np.int32), k_tile, kind, stats)
     if desc.nbytes > MAX_DESCRIPTOR_BYTES:
         raise PlanError(f"the descriptor would take {desc.nbytes / 2**30:.1f} GiB, more than the 1 GiB limit")

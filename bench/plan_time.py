@@ -1,0 +1,66 @@
+"""Host descriptor build time for the ANCHORS.md workloads at N = 32768: median of 20 builds, each planned
+from scratch (no cache), descriptor and kernel tables included.
+
+    python bench/plan_time.py [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from maskc.compiler import compile_file
+from maskc.codegen import KernelOptions
+from maskc.plan import kernel_tables, plan
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+ANCHORS = ["full", "causal", "sliding_window", "document", "shared_prompt", "rm_shared", "hstu", "hstu_jagged",
+           "clear", "clear_text"]
+
+
+def default_sequences(compiled):
+    program = compiled.program
+    if program.batch:
+        return [dict(line) for line in program.batch]
+    return [{}]
+
+
+def time_one(name: str, repeats: int = 20) -> dict:
+    compiled = compile_file(EXAMPLES / f"{name}.mask", KernelOptions())
+    sequences = default_sequences(compiled)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        values, layouts = compiled.bind(sequences)
+        desc = plan(compiled.program, layouts, values, compiled.tiles)
+        kernel_tables(compiled.code, desc, layouts, values, np.zeros(len(layouts), dtype=np.int64))
+        times.append(time.perf_counter() - start)
+    s = desc.stats
+    return {"workload": name, "median_ms": 1e3 * statistics.median(times), "min_ms": 1e3 * min(times),
+            "tiles_full": s.tiles_full, "tiles_partial": s.tiles_partial, "tiles_refined": s.tiles_refined,
+            "tiles_conservative": s.tiles_conservative, "descriptor_bytes": desc.nbytes}
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--json")
+    parser.add_argument("workloads", nargs="*", default=ANCHORS)
+    args = parser.parse_args()
+    rows = [time_one(w) for w in args.workloads]
+    print(f"host: {platform.processor() or platform.machine()}, python {platform.python_version()}, numpy {np.__version__}")
+    print(f"{'workload':16s} {'median ms':>10s} {'full':>7s} {'partial':>8s} {'refined':>8s} {'conserv.':>8s}")
+    for r in rows:
+        print(f"{r['workload']:16s} {r['median_ms']:10.2f} {r['tiles_full']:7d} {r['tiles_partial']:8d} "
+              f"{r['tiles_refined']:8d} {r['tiles_conservative']:8d}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
