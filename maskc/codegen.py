@@ -23,6 +23,7 @@ from . import __version__, ir
 from .diagnostics import error
 from .ranges import Range, static_range
 from .resources import resource_dir
+from .tiling import tiling_for
 
 MAX_REGIONS = 32
 ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
@@ -110,12 +111,18 @@ class MaskCode:
     # The sequence table (int64 per sequence): fixed fields, 3 per list parameter, then the values.
     SEQ_FIXED = ("token_offset", "length", "segment_begin", "segment_count")
 
+    blocks: int = 1  # blocks of tiles per sequence (maskc.tiling), 6 fields each
+    BLOCK_FIELDS = ("start", "dims_t", "dims_y", "dims_x", "first_q", "first_k")
+
     @property
     def seq_fields(self) -> int:
-        return len(self.SEQ_FIXED) + 3 * len(self.arrays) + len(self.seq_values)
+        return len(self.SEQ_FIXED) + len(self.BLOCK_FIELDS) * self.blocks + 3 * len(self.arrays) + len(self.seq_values)
 
-    def array_slot(self, name: str) -> int:
-        return next(i for i, a in enumerate(self.arrays) if a.name == name)
+    def array_field(self, slot: int) -> int:
+        return len(self.SEQ_FIXED) + len(self.BLOCK_FIELDS) * self.blocks + 3 * slot
+
+    def value_field(self, index: int) -> int:
+        return self.array_field(len(self.arrays)) + index
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -371,6 +378,8 @@ def _seq_value_ref(code: MaskCode, e: ir.Expr) -> str:
 def render_source(program: ir.Program, options: KernelOptions, source_name: str = "") -> tuple[str, MaskCode]:
     """The complete `.cu` file for the mask, and the mask code the planner needs to fill its tables."""
     code = mask_code(program)
+    tiling = tiling_for(program, options.block_q, options.block_k)
+    code.blocks = len(tiling.blocks)
     grids = _grids(program, code)
     env = _environment()
     text = env.get_template("kernel.cu.j2").render(
@@ -384,6 +393,7 @@ def render_source(program: ir.Program, options: KernelOptions, source_name: str 
         opt=options,
         kernel_name=kernel_name(program, options),
         element="bf16" if options.dtype == "bf16" else "f16",
+        tiling=tiling,
         params=[p for p in program.params],
     )
     return text, code

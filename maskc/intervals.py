@@ -8,17 +8,29 @@ comparison sees each token (q or k) through at most one varying leaf, the hulls 
 and connectives combine at most one UNKNOWN per token. The planner refines inexact UNKNOWN tiles.
 
 Integer values carry: `lo`, `hi` (the hull), `exact` (both ends are attained), `contig` (every integer in
-the hull is attained), `nq`, `nk` (how many varying leaves depend on the q token / k token).
-Boolean values carry `can_true`, `can_false`, `exact`, and the tokens they depend on.
+the hull is attained), and `roots`: for each independent source of variation, how many varying leaves
+depend on it. A token is one root; on a grid box (a product of coordinate ranges) each coordinate of the
+token is its own root, since it varies independently of the others.
+Boolean values carry `can_true`, `can_false`, `exact`, and the roots they depend on.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import ir
+
+
+Roots = dict  # root name -> count (or flag) per box
+
+
+def _add_roots(a: Roots, b: Roots) -> Roots:
+    out = dict(a)
+    for name, v in b.items():
+        out[name] = out[name] + v if name in out else v
+    return out
 
 
 @dataclass
@@ -27,8 +39,7 @@ class IntRange:
     hi: np.ndarray
     exact: np.ndarray | bool = True
     contig: np.ndarray | bool = True
-    nq: np.ndarray | int = 0
-    nk: np.ndarray | int = 0
+    roots: Roots = field(default_factory=dict)
 
     @staticmethod
     def point(value, size: int) -> "IntRange":
@@ -36,11 +47,15 @@ class IntRange:
         return IntRange(v, v)
 
     @staticmethod
-    def leaf(lo, hi, side: str, tight=True) -> "IntRange":
+    def leaf(lo, hi, roots: dict[str, np.ndarray | bool] | str, tight=True) -> "IntRange":
+        """A varying input; `roots` names what it varies with (a token, or coordinates of one)."""
         lo = np.asarray(lo, dtype=np.int64)
         hi = np.asarray(hi, dtype=np.int64)
-        varying = (hi > lo).astype(np.int64)
-        return IntRange(lo, hi, tight, tight, varying if side == "q" else 0, varying if side == "k" else 0)
+        varying = hi > lo
+        if isinstance(roots, str):
+            roots = {roots: True}
+        counts = {name: (varying & np.asarray(on)).astype(np.int64) for name, on in roots.items()}
+        return IntRange(lo, hi, tight, tight, counts)
 
 
 @dataclass
@@ -48,8 +63,7 @@ class BoolRange:
     can_true: np.ndarray
     can_false: np.ndarray
     exact: np.ndarray | bool = True
-    dep_q: np.ndarray | bool = False
-    dep_k: np.ndarray | bool = False
+    deps: Roots = field(default_factory=dict)  # root name -> bool per box
 
     @property
     def unknown(self) -> np.ndarray:
@@ -88,7 +102,7 @@ class IntervalEvaluator:
         if isinstance(e, (ir.Compare, ir.Logic, ir.Ancestor)) or (isinstance(e, ir.Unary) and e.op == "not"):
             b = self.bool(e)  # a bool compared with a bool: false is 0, true is 1
             return IntRange(np.where(b.can_false, 0, 1), np.where(b.can_true, 1, 0), b.exact, True,
-                            np.asarray(b.dep_q).astype(np.int64), np.asarray(b.dep_k).astype(np.int64))
+                            {name: np.asarray(d).astype(np.int64) for name, d in b.deps.items()})
         if isinstance(e, ir.Const):
             return IntRange.point(int(e.value), self.size)
         if isinstance(e, ir.Param):
@@ -102,7 +116,7 @@ class IntervalEvaluator:
         if isinstance(e, ir.Unary):
             a = self.int(e.arg)
             if e.op == "neg":
-                return IntRange(-a.hi, -a.lo, a.exact, a.contig, a.nq, a.nk)
+                return IntRange(-a.hi, -a.lo, a.exact, a.contig, a.roots)
             return self._even(a, np.abs(a.lo), np.abs(a.hi))  # abs
         if isinstance(e, ir.Pow):
             a = self.int(e.base)
@@ -112,7 +126,7 @@ class IntervalEvaluator:
                 return a
             plo, phi = a.lo ** e.exponent, a.hi ** e.exponent
             if e.exponent % 2:
-                return IntRange(plo, phi, a.exact, False, a.nq, a.nk)
+                return IntRange(plo, phi, a.exact, False, a.roots)
             r = self._even(a, plo, phi)
             r.contig = (a.lo == a.hi)
             return r
@@ -129,36 +143,36 @@ class IntervalEvaluator:
         hi = np.maximum(flo, fhi)
         # 0 is attained only if a is contiguous (or never crosses 0).
         exact = a.exact & (~spans0 | a.contig) if self.track else True
-        return IntRange(lo, hi, exact, a.contig, a.nq, a.nk)
+        return IntRange(lo, hi, exact, a.contig, a.roots)
 
     def _binary(self, op: str, a: IntRange, b: IntRange) -> IntRange:
-        nq, nk = a.nq + b.nq, a.nk + b.nk
+        roots = _add_roots(a.roots, b.roots)
         exact = a.exact & b.exact if self.track else True
         if op == "+":
-            return IntRange(a.lo + b.lo, a.hi + b.hi, exact, a.contig & b.contig, nq, nk)
+            return IntRange(a.lo + b.lo, a.hi + b.hi, exact, a.contig & b.contig, roots)
         if op == "-":
-            return IntRange(a.lo - b.hi, a.hi - b.lo, exact, a.contig & b.contig, nq, nk)
+            return IntRange(a.lo - b.hi, a.hi - b.lo, exact, a.contig & b.contig, roots)
         if op == "min":
-            return IntRange(np.minimum(a.lo, b.lo), np.minimum(a.hi, b.hi), exact, a.contig & b.contig, nq, nk)
+            return IntRange(np.minimum(a.lo, b.lo), np.minimum(a.hi, b.hi), exact, a.contig & b.contig, roots)
         if op == "max":
-            return IntRange(np.maximum(a.lo, b.lo), np.maximum(a.hi, b.hi), exact, a.contig & b.contig, nq, nk)
+            return IntRange(np.maximum(a.lo, b.lo), np.maximum(a.hi, b.hi), exact, a.contig & b.contig, roots)
         if op == "*":
             corners = np.stack([a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi])
             unit = ((b.lo == b.hi) & (np.abs(b.lo) <= 1)) | ((a.lo == a.hi) & (np.abs(a.lo) <= 1))
-            return IntRange(corners.min(0), corners.max(0), exact, unit & a.contig & b.contig, nq, nk)
+            return IntRange(corners.min(0), corners.max(0), exact, unit & a.contig & b.contig, roots)
         # Divisors never depend on the tokens (the checker guarantees it), so b is a point here.
         d = b.lo
         safe = np.where(d == 0, 1, d)
         if op == "//":
             x, y = np.floor_divide(a.lo, safe), np.floor_divide(a.hi, safe)
-            return IntRange(np.minimum(x, y), np.maximum(x, y), exact, a.contig, nq, nk)
+            return IntRange(np.minimum(x, y), np.maximum(x, y), exact, a.contig, roots)
         # "%": monotone inside one period, the whole residue range once the hull wraps.
         same = np.floor_divide(a.lo, safe) == np.floor_divide(a.hi, safe)
         full_lo = np.where(safe > 0, 0, safe + 1)
         full_hi = np.where(safe > 0, safe - 1, 0)
         lo = np.where(same, np.mod(a.lo, safe), full_lo)
         hi = np.where(same, np.mod(a.hi, safe), full_hi)
-        return IntRange(lo, hi, exact & (same | a.contig), a.contig & same, nq, nk)
+        return IntRange(lo, hi, exact & (same | a.contig), a.contig & same, roots)
 
     def _index(self, e: ir.Index) -> IntRange:
         table = self.arrays[e.array]
@@ -192,9 +206,10 @@ class IntervalEvaluator:
             # Outside reads give 0, so a hull over the whole array must include it.
             lo = np.minimum(lo, 0)
             hi = np.maximum(hi, 0)
-        nq = sum((r.nq for r in idx), 0)
-        nk = sum((r.nk for r in idx), 0)
-        return IntRange(lo, hi, point, point, np.where(point, 0, nq), np.where(point, 0, nk))
+        roots: Roots = {}
+        for r in idx:
+            roots = _add_roots(roots, r.roots)
+        return IntRange(lo, hi, point, point, {name: np.where(point, 0, v) for name, v in roots.items()})
 
     @staticmethod
     def _read(table: ArrayTable, coords: list[np.ndarray]) -> np.ndarray:
@@ -221,14 +236,14 @@ class IntervalEvaluator:
             return BoolRange(r.hi > 0, r.lo == 0)
         if isinstance(e, ir.Unary):  # not
             a = self.bool(e.arg)
-            return BoolRange(a.can_false, a.can_true, a.exact, a.dep_q, a.dep_k)
+            return BoolRange(a.can_false, a.can_true, a.exact, a.deps)
         if isinstance(e, ir.Compare):
             return self._compare(e)
         if isinstance(e, ir.Logic):
             return self._logic(e)
         if isinstance(e, ir.Index):
             r = self._index(e)
-            return BoolRange(r.hi > 0, r.lo == 0, r.exact, np.asarray(r.nq) > 0, np.asarray(r.nk) > 0)
+            return BoolRange(r.hi > 0, r.lo == 0, r.exact, {n: np.asarray(v) > 0 for n, v in r.roots.items()})
         if isinstance(e, ir.Ancestor):
             return self._ancestor(e)
         raise TypeError(f"not a boolean expression: {ir.show(e)}")
@@ -249,13 +264,14 @@ class IntervalEvaluator:
             can_t, can_f = (d.lo <= 0) & (d.hi >= 0), ~((d.lo == 0) & (d.hi == 0))
         else:  # "!="
             can_t, can_f = ~((d.lo == 0) & (d.hi == 0)), (d.lo <= 0) & (d.hi >= 0)
-        nq, nk = np.asarray(d.nq), np.asarray(d.nk)
         if not self.track:
             return BoolRange(can_t, can_f)
-        exact = d.exact & (nq <= 1) & (nk <= 1)
+        exact = np.asarray(d.exact)
+        for count in d.roots.values():
+            exact = exact & (np.asarray(count) <= 1)
         if op in ("==", "!="):
             exact = exact & d.contig
-        return BoolRange(can_t, can_f, exact, nq > 0, nk > 0)
+        return BoolRange(can_t, can_f, exact, {n: np.asarray(v) > 0 for n, v in d.roots.items()})
 
     def _logic(self, e: ir.Logic) -> BoolRange:
         parts = [self.bool(a) for a in e.args]
@@ -267,24 +283,23 @@ class IntervalEvaluator:
             can_f = np.logical_and.reduce([p.can_false for p in parts])
         if not self.track:
             return BoolRange(can_t, can_f)
-        # UNKNOWN parts decide the result; it is exact when each is exact and they depend on
-        # different tokens (then a true pair and a false pair can be chosen independently).
+        # UNKNOWN parts decide the result; it is exact when each is exact and no two depend on the same
+        # root (then a true pair and a false pair can be chosen independently).
         exact = np.ones(self.size, dtype=bool)
-        seen_q = np.zeros(self.size, dtype=bool)
-        seen_k = np.zeros(self.size, dtype=bool)
-        dep_q = np.zeros(self.size, dtype=bool)
-        dep_k = np.zeros(self.size, dtype=bool)
+        seen: Roots = {}
+        deps: Roots = {}
         for p in parts:
             u = p.unknown & can_t & can_f
-            pq = u & np.asarray(p.dep_q)
-            pk = u & np.asarray(p.dep_k)
             exact &= ~u | np.asarray(p.exact)
-            exact &= ~(pq & seen_q) & ~(pk & seen_k)
-            seen_q |= pq
-            seen_k |= pk
-            dep_q |= np.asarray(p.dep_q)
-            dep_k |= np.asarray(p.dep_k)
-        return BoolRange(can_t, can_f, exact, dep_q, dep_k)
+            for name, d in p.deps.items():
+                uses = u & np.asarray(d)
+                if name in seen:
+                    exact &= ~(uses & seen[name])
+                    seen[name] = seen[name] | uses
+                else:
+                    seen[name] = uses
+                deps[name] = deps[name] | np.asarray(d) if name in deps else np.asarray(d)
+        return BoolRange(can_t, can_f, exact, deps)
 
     def _ancestor(self, e: ir.Ancestor) -> BoolRange:
         node, anc = self.int(e.node), self.int(e.ancestor)
@@ -302,6 +317,5 @@ class IntervalEvaluator:
                 hit = is_ancestor(table.parents[s], node.lo[sel], anc.lo[sel])
                 can_t[sel] = hit
                 can_f[sel] = ~hit
-        dep_q = (np.asarray(node.nq) + np.asarray(anc.nq)) > 0
-        dep_k = (np.asarray(node.nk) + np.asarray(anc.nk)) > 0
-        return BoolRange(can_t, can_f, point, dep_q, dep_k)
+        roots = _add_roots(node.roots, anc.roots)
+        return BoolRange(can_t, can_f, point, {n: np.asarray(v) > 0 for n, v in roots.items()})

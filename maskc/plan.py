@@ -24,6 +24,8 @@ from . import ir
 from .intervals import ArrayTable, IntervalEvaluator, IntRange
 from .layout import ConcreteLayout, SequenceValues
 from .reference import visible
+from .tiling import (BlockTable, Tiling, block_of, block_table, complete, extent, split, tile_tokens,
+                     tiling_for)
 
 MAX_DESCRIPTOR_BYTES = 1 << 30
 DEFAULT_REFINE_BUDGET = 1 << 18  # (q, k) pairs evaluated exactly per plan
@@ -55,11 +57,12 @@ class PlanStats:
 
 @dataclass
 class Descriptor:
-    """CSR of k tiles per q tile, over a batch of sequences, in visiting order."""
+    """CSR of k tiles per q tile, over a batch of sequences, in visiting order. Tile ids are per sequence
+    and name tiles of `blocks` (see maskc.tiling)."""
 
     config: TileConfig
+    blocks: BlockTable
     seq_lens: np.ndarray  # int64 [B]
-    qtile_base: np.ndarray  # int64 [B + 1]: global q tile ids of sequence b are qtile_base[b]:qtile_base[b+1]
     work_seq: np.ndarray  # int32 [W]: the sequence of each work item (one q tile)
     work_qtile: np.ndarray  # int32 [W]: the q tile inside its sequence
     row_ptr: np.ndarray  # int32 [W + 1]
@@ -77,13 +80,19 @@ class Descriptor:
         lo, hi = self.row_ptr[w], self.row_ptr[w + 1]
         return self.k_tile[lo:hi], self.kind[lo:hi]
 
+    def tokens(self, side: str, seq, tiles) -> np.ndarray:
+        """Tokens of the slots of tiles of one sequence (-1: no token)."""
+        seq = np.broadcast_to(np.asarray(seq, dtype=np.int64), np.shape(tiles))
+        g = block_of(self.blocks, side, seq, tiles)
+        return tile_tokens(self.blocks, side, g, tiles)
+
 
 class PlanError(ValueError):
     pass
 
 
 # ---------------------------------------------------------------------------------------------------
-# Instances
+# Instances: a region, one sequence, a span of q segments and a span of k segments, each in one block
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -102,63 +111,75 @@ def side_pieces(program: ir.Program, side: ir.Side, split: bool) -> list[tuple[i
     return runs
 
 
+def _cut_by_blocks(pieces: list[tuple[int, int]], tiling: Tiling) -> list[tuple[int, int, int]]:
+    """Pieces cut where blocks begin, so each lies in one block: (first, last, block index)."""
+    out = []
+    for lo, hi in pieces:
+        for i, block in enumerate(tiling.blocks):
+            a, b = max(lo, block.first), min(hi, block.last)
+            if a <= b:
+                out.append((a, b, i))
+    return out
+
+
 @dataclass
 class _Batch:
-    """The concrete layouts of all sequences, concatenated in one global coordinate."""
+    """The concrete layouts of all sequences, concatenated in one global coordinate, and their tiles."""
 
     layouts: list[ConcreteLayout]
     values: list[SequenceValues]
+    blocks: BlockTable
     base: np.ndarray  # int64 [B]: global position of each sequence's token 0
     starts: np.ndarray  # global starts of all concrete segments
     member: np.ndarray
-    lengths: np.ndarray
-    first: np.ndarray  # int64 [B, S + 1]: global concrete index ranges per symbolic segment
 
     @staticmethod
-    def of(layouts: list[ConcreteLayout], values: list[SequenceValues]) -> "_Batch":
+    def of(layouts: list[ConcreteLayout], values: list[SequenceValues], tiling: Tiling) -> "_Batch":
         ns = np.array([lay.n for lay in layouts], dtype=np.int64)
         base = np.concatenate([[0], np.cumsum(ns)[:-1]]).astype(np.int64)
-        offsets = np.cumsum([0] + [len(lay.starts) for lay in layouts])
         return _Batch(
             layouts=layouts,
             values=values,
+            blocks=block_table(tiling, layouts),
             base=base,
-            starts=np.concatenate([lay.starts + b for lay, b in zip(layouts, base)]),
-            member=np.concatenate([lay.member for lay in layouts]).astype(np.int64),
-            lengths=np.concatenate([lay.lengths for lay in layouts]),
-            first=np.stack([lay.first + o for lay, o in zip(layouts, offsets[:-1])]),
+            starts=np.concatenate([lay.starts + b for lay, b in zip(layouts, base)]) if layouts else np.zeros(0, np.int64),
+            member=np.concatenate([lay.member for lay in layouts]).astype(np.int64) if layouts else np.zeros(0, np.int64),
         )
 
 
-def _instances(program: ir.Program, region: ir.Region, batch: _Batch) -> dict[str, np.ndarray]:
-    q_pieces = side_pieces(program, region.q, ir.looks_inside(region.pred, "q"))
-    k_pieces = side_pieces(program, region.k, ir.looks_inside(region.pred, "k"))
+def _instances(program: ir.Program, region: ir.Region, batch: _Batch, tiling: Tiling) -> dict[str, np.ndarray]:
+    pieces = {side: _cut_by_blocks(side_pieces(program, getattr(region, side), ir.looks_inside(region.pred, side)),
+                                   tiling) for side in "qk"}
+    bt = batch.blocks
     rows = []
     for b, lay in enumerate(batch.layouts):
-        for qs in q_pieces:
-            qa, qb = lay.span(qs[0])[0], lay.span(qs[1])[1]
-            if qa == qb:
-                continue
-            for ks in k_pieces:
-                ka, kb = lay.span(ks[0])[0], lay.span(ks[1])[1]
-                if ka == kb:
+        row0 = bt.rows_of_seq[b]
+        spans = {}
+        for side in "qk":
+            spans[side] = []
+            for lo, hi, blk in pieces[side]:
+                a, z = lay.span(lo)[0], lay.span(hi)[1]
+                if a == z:
                     continue
-                rows.append((b, qa, qb, ka, kb, qs[0] if qs[0] == qs[1] else -1, ks[0] if ks[0] == ks[1] else -1))
-    cols = np.array(rows, dtype=np.int64).reshape(-1, 7)
-    return dict(zip(("seq", "qa", "qb", "ka", "kb", "qsym", "ksym"), cols.T))
+                g = row0 + blk
+                shape = bt.shape(side)[g]
+                if tiling.blocks[blk].grid:
+                    t0, t1 = bt.first(side)[g], bt.first(side)[g] + bt.count(side)[g] - 1
+                else:
+                    t0 = bt.first(side)[g] + (a - bt.start[g]) // shape[2]
+                    t1 = bt.first(side)[g] + (z - 1 - bt.start[g]) // shape[2]
+                spans[side].append((a, z, lo if lo == hi else -1, g, t0, t1))
+        for qa, qb, qsym, qg, qt0, qt1 in spans["q"]:
+            for ka, kb, ksym, kg, kt0, kt1 in spans["k"]:
+                rows.append((b, qa, qb, ka, kb, qsym, ksym, qg, kg, qt0, qt1, kt0, kt1))
+    cols = np.array(rows, dtype=np.int64).reshape(-1, 13)
+    names = ("seq", "qa", "qb", "ka", "kb", "qsym", "ksym", "qg", "kg", "qt0", "qt1", "kt0", "kt1")
+    return dict(zip(names, cols.T))
 
 
 # ---------------------------------------------------------------------------------------------------
 # Leaves of the interval evaluation for a set of boxes
 # ---------------------------------------------------------------------------------------------------
-
-
-def _mod_range(lo, hi, m):
-    """x % m over [lo, hi] for m > 0: the hull, whose ends are always attained."""
-    m = np.maximum(m, 1)
-    same = (lo // m) == (hi // m)
-    contig = same | (hi - lo + 1 >= m)
-    return np.where(same, lo % m, 0), np.where(same, hi % m, m - 1), contig
 
 
 class _Leaves:
@@ -189,34 +210,37 @@ class _Leaves:
                 vmax=np.array([a.max() if a.size else 0 for a in per_seq], dtype=np.int64),
                 parents=per_seq,
             )
-        # Longest member per (sequence, family), for segment-relative positions across members.
-        self.maxlen = np.zeros(batch.first.shape, dtype=np.int64)
+        # Longest member per (sequence, segment), for segment-relative positions across members.
+        self.maxlen = np.zeros((len(batch.layouts), len(program.segments)), dtype=np.int64)
         for b, lay in enumerate(batch.layouts):
             for s in range(len(program.segments)):
                 lo, hi = lay.first[s], lay.first[s + 1]
                 self.maxlen[b, s] = lay.lengths[lo:hi].max() if hi > lo else 0
-        # Which segment-relative leaves each side needs; grids of one side all have the same rank.
+        # Which segment-relative leaves each side needs.
         self.used = {side: set() for side in "qk"}
         for node in ir.walk(region.pred):
             if isinstance(node, ir.Token) and node.attr != "index":
                 self.used[node.side].add(node.attr)
             elif isinstance(node, ir.Member):
                 self.used[node.side].add("member")
-        self.three_d = {
-            side: any(program.segment(s).kind == "grid" and len(program.segment(s).dims) == 3
-                      for s in getattr(region, side).segments)
-            for side in "qk"
-        }
-        self.dims = np.zeros(batch.first.shape + (3,), dtype=np.int64)
-        for b, lay in enumerate(batch.layouts):
-            for s, dims in lay.grid_dims.items():
-                self.dims[b, s, 3 - len(dims):] = dims
+        self.grid = {side: any(program.segment(s).kind == "grid" for s in getattr(region, side).segments)
+                     for side in "qk"}
 
-    def side(self, out: dict, side: str, seq, sym, lo, hi) -> None:
-        out[(side, "index")] = IntRange.leaf(lo, hi, side)
+    def side(self, out: dict, side: str, inst: dict, box_inst, t0, t1) -> None:
+        """Leaves of one side for boxes made of tiles t0..t1 of the instance's block on that side."""
+        seq = inst["seq"][box_inst]
+        g = inst[side + "g"][box_inst]
+        ext = extent(self.batch.blocks, side, g, t0, t1)
+        lo = np.maximum(ext["token"][0], inst[side + "a"][box_inst])
+        hi = np.minimum(ext["token"][1], inst[side + "b"][box_inst] - 1)
+        # On a product of coordinate ranges each coordinate varies on its own; elsewhere the token is one root.
+        product = ext["product"]
+        whole = side if not self.grid[side] else {side: ~product, **{f"{side}.{c}": product for c in "tyx"}}
+        out[(side, "index")] = IntRange.leaf(lo, hi, whole)
         wanted = self.used[side]
         if not wanted:
             return
+        sym = inst[side + "sym"][box_inst]
         symc = np.maximum(sym, 0)
         base = self.batch.base[seq]
         c_lo = np.searchsorted(self.batch.starts, base + lo, side="right") - 1
@@ -224,43 +248,24 @@ class _Leaves:
         if "member" in wanted:
             m_lo, m_hi = self.batch.member[c_lo], self.batch.member[c_hi]
             out[("member", side)] = IntRange.leaf(m_lo, m_hi, side, tight=(m_hi - m_lo) <= 1)
-        if not wanted & {"pos", "t", "y", "x"}:
-            return
-        start_lo = self.batch.starts[c_lo] - base
-        one = c_lo == c_hi
-        p_lo = np.where(one, lo - start_lo, 0)
-        p_hi = np.where(one, hi - start_lo,
-                        np.maximum(hi - (self.batch.starts[c_hi] - base), self.maxlen[seq, symc] - 1))
-        out[(side, "pos")] = IntRange.leaf(p_lo, p_hi, side, tight=one)
-        if not wanted & {"t", "y", "x"}:
-            return
-        t_dim, h_dim, w_dim = (self.dims[seq, symc, i] for i in range(3))
-        w = np.maximum(w_dim, 1)
-        rows_lo, rows_hi = p_lo // w, p_hi // w
-        if "x" in wanted:
-            x_lo, x_hi, x_contig = _mod_range(p_lo, p_hi, w)
-            out[(side, "x")] = self._attr_leaf(side, x_lo, x_hi, x_contig & one)
-        if "y" in wanted:
-            if self.three_d[side]:
-                y_lo, y_hi, y_contig = _mod_range(rows_lo, rows_hi, np.maximum(h_dim, 1))
-            else:
-                y_lo, y_hi, y_contig = rows_lo, rows_hi, True
-            out[(side, "y")] = self._attr_leaf(side, y_lo, y_hi, y_contig & one)
-        if "t" in wanted:
-            hw = np.maximum(h_dim * w_dim, 1)
-            out[(side, "t")] = self._attr_leaf(side, p_lo // hw, p_hi // hw, one)
+        if "pos" in wanted:
+            start_lo = self.batch.starts[c_lo] - base
+            one = c_lo == c_hi
+            p_lo = np.where(one, lo - start_lo, 0)
+            p_hi = np.where(one, hi - start_lo,
+                            np.maximum(hi - (self.batch.starts[c_hi] - base), self.maxlen[seq, symc] - 1))
+            out[(side, "pos")] = IntRange.leaf(p_lo, p_hi, whole, tight=one & ~self.grid[side])
+        for c in "tyx":
+            if c in wanted:
+                c_lo_, c_hi_ = ext[c]
+                tight = product | (c == "t") | ((c == "y") & (ext["t"][0] == ext["t"][1]))
+                out[(side, c)] = IntRange.leaf(c_lo_, c_hi_, {side: ~product, f"{side}.{c}": product}, tight=tight)
 
-    @staticmethod
-    def _attr_leaf(side, lo, hi, contig) -> IntRange:
-        r = IntRange.leaf(lo, hi, side)
-        r.contig = contig
-        return r
-
-    def build(self, inst: dict[str, np.ndarray], box_inst, q_lo, q_hi, k_lo, k_hi, track: bool) -> IntervalEvaluator:
+    def build(self, inst: dict[str, np.ndarray], box_inst, qt, k0, k1, track: bool) -> IntervalEvaluator:
         seq = inst["seq"][box_inst]
         leaves: dict = {}
-        self.side(leaves, "q", seq, inst["qsym"][box_inst], q_lo, q_hi)
-        self.side(leaves, "k", seq, inst["ksym"][box_inst], k_lo, k_hi)
+        self.side(leaves, "q", inst, box_inst, qt, qt)
+        self.side(leaves, "k", inst, box_inst, k0, k1)
         size = len(box_inst)
         for name, per_seq in self.scalars.items():
             leaves[name] = IntRange.point(per_seq[seq], size)
@@ -276,6 +281,8 @@ class _Leaves:
         return IntervalEvaluator(size, leaves, tables, track_exact=track)
 
 
+
+
 # ---------------------------------------------------------------------------------------------------
 # The search
 # ---------------------------------------------------------------------------------------------------
@@ -289,35 +296,31 @@ def _expand(count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return which, offset
 
 
-def _search_region(program, region: ir.Region, batch: _Batch, config: TileConfig) -> dict[str, np.ndarray]:
+_RANGE_FIELDS = ("seq", "qt", "k0", "k1", "status", "exact", "inst")
+_FAN_OUT = 8
+
+
+def _search_region(program, region: ir.Region, batch: _Batch, tiling: Tiling):
     """Where one region may make pairs visible, as ranges of k tiles per (instance, q tile).
 
-    Returns arrays over ranges: seq, qt, k0, k1 (inclusive), status (1: TRUE on the whole range,
-    2: UNKNOWN on a single tile), exact (for UNKNOWN: the answer is exact), and the instance's spans
-    qa, qb, ka, kb, so that callers can tell which tiles it covers entirely.
+    Returns the instances and arrays over ranges: seq, qt, k0, k1 (inclusive), status (1: TRUE on the
+    whole range, 2: UNKNOWN on a single tile), exact (for UNKNOWN: the answer is exact), inst.
     """
-    inst = _instances(program, region, batch)
+    inst = _instances(program, region, batch, tiling)
+    empty = {k: np.zeros(0, np.int64) for k in _RANGE_FIELDS}
     if len(inst["seq"]) == 0 or region.pred == ir.FALSE:
-        return {k: np.zeros(0, np.int64) for k in _RANGE_FIELDS}
-    bq, bk = config.block_q, config.block_k
+        return inst, empty
     leaves = _Leaves(program, region, batch)
 
     # One box per (instance, q tile), covering every k tile of the instance's k span.
-    qt_first, qt_last = inst["qa"] // bq, (inst["qb"] - 1) // bq
-    which, offset = _expand(qt_last - qt_first + 1)
-    box_inst = which
-    box_qt = qt_first[which] + offset
-    box_k0 = inst["ka"][which] // bk
-    box_k1 = (inst["kb"][which] - 1) // bk
+    which, offset = _expand(inst["qt1"] - inst["qt0"] + 1)
+    box_inst, box_qt = which, inst["qt0"][which] + offset
+    box_k0, box_k1 = inst["kt0"][which], inst["kt1"][which]
 
     found = []
     pred = region.pred
     while len(box_inst):
-        q_lo = np.maximum(box_qt * bq, inst["qa"][box_inst])
-        q_hi = np.minimum(box_qt * bq + bq, inst["qb"][box_inst]) - 1
-        k_lo = np.maximum(box_k0 * bk, inst["ka"][box_inst])
-        k_hi = np.minimum(box_k1 * bk + bk, inst["kb"][box_inst]) - 1
-        res = leaves.build(inst, box_inst, q_lo, q_hi, k_lo, k_hi, track=False).bool(pred)
+        res = leaves.build(inst, box_inst, box_qt, box_k0, box_k1, track=False).bool(pred)
         can_t = np.broadcast_to(res.can_true, box_inst.shape)
         can_f = np.broadcast_to(res.can_false, box_inst.shape)
         all_true = can_t & ~can_f
@@ -326,135 +329,128 @@ def _search_region(program, region: ir.Region, batch: _Batch, config: TileConfig
         if len(emit):
             found.append((box_inst[emit], box_qt[emit], box_k0[emit], box_k1[emit], np.where(all_true[emit], 1, 2)))
         idx = np.nonzero(can_t & can_f & ~single)[0]
-        mid = (box_k0[idx] + box_k1[idx]) // 2
-        box_inst = np.concatenate([box_inst[idx], box_inst[idx]])
-        box_qt = np.concatenate([box_qt[idx], box_qt[idx]])
-        box_k0, box_k1 = np.concatenate([box_k0[idx], mid + 1]), np.concatenate([mid, box_k1[idx]])
+        # Few levels of many boxes: numpy's cost is per call, so a wide fan-out is cheaper than halving.
+        which, box_k0, box_k1 = split(batch.blocks, "k", inst["kg"][box_inst[idx]], box_k0[idx], box_k1[idx], _FAN_OUT)
+        box_inst, box_qt = box_inst[idx][which], box_qt[idx][which]
 
     if not found:
-        return {k: np.zeros(0, np.int64) for k in _RANGE_FIELDS}
+        return inst, empty
     r_inst, qt, k0, k1, status = (np.concatenate(parts) for parts in zip(*found))
     # UNKNOWN tiles: ask again, tracking whether the answer is exact.
     exact = np.zeros(len(k0), dtype=bool)
     unknown = np.nonzero(status == 2)[0]
     if len(unknown):
         u = r_inst[unknown]
-        q_lo = np.maximum(qt[unknown] * bq, inst["qa"][u])
-        q_hi = np.minimum(qt[unknown] * bq + bq, inst["qb"][u]) - 1
-        k_lo = np.maximum(k0[unknown] * bk, inst["ka"][u])
-        k_hi = np.minimum(k0[unknown] * bk + bk, inst["kb"][u]) - 1
-        res = leaves.build(inst, u, q_lo, q_hi, k_lo, k_hi, track=True).bool(pred)
+        res = leaves.build(inst, u, qt[unknown], k0[unknown], k0[unknown], track=True).bool(pred)
         exact[unknown] = np.broadcast_to(res.exact & res.can_true & res.can_false, u.shape)
-    return dict(seq=inst["seq"][r_inst], qt=qt, k0=k0, k1=k1, status=status, exact=exact,
-                qa=inst["qa"][r_inst], qb=inst["qb"][r_inst], ka=inst["ka"][r_inst], kb=inst["kb"][r_inst])
+    return inst, dict(seq=inst["seq"][r_inst], qt=qt, k0=k0, k1=k1, status=status, exact=exact, inst=r_inst)
 
 
-_RANGE_FIELDS = ("seq", "qt", "k0", "k1", "status", "exact", "qa", "qb", "ka", "kb")
-
-
-def _refine(program, batch: _Batch, config: TileConfig, seq, qt, kt) -> np.ndarray:
-    """Exact kinds of the given tiles: 0 empty, 1 full, 2 partial."""
-    bq, bk = config.block_q, config.block_k
+def _refine(program, batch: _Batch, seq, qt, kt) -> np.ndarray:
+    """Exact kinds of the given tiles: 0 empty, 1 full, 2 partial (rows without a token do not count)."""
+    bt = batch.blocks
     result = np.zeros(len(seq), dtype=np.int64)
-    rows = np.arange(bq, dtype=np.int64)
-    cols = np.arange(bk, dtype=np.int64)
     for b in np.unique(seq):
         sel = np.nonzero(seq == b)[0]
         lay, values = batch.layouts[b], batch.values[b]
-        q = qt[sel][:, None, None] * bq + rows[None, :, None]
-        k = kt[sel][:, None, None] * bk + cols[None, None, :]
+        q = tile_tokens(bt, "q", block_of(bt, "q", np.full(len(sel), b), qt[sel]), qt[sel])[:, :, None]
+        k = tile_tokens(bt, "k", block_of(bt, "k", np.full(len(sel), b), kt[sel]), kt[sel])[:, None, :]
         vis = visible(program, lay, values, q, k)
         any_visible = vis.any(axis=(1, 2))
-        hidden = (~vis & (q < lay.n)).any(axis=(1, 2))
+        hidden = (~vis & (q >= 0)).any(axis=(1, 2))
         result[sel] = np.where(~any_visible, 0, np.where(hidden, 2, 1))
     return result
 
 
-def _split_true_ranges(r: dict[str, np.ndarray], config: TileConfig, n_of: np.ndarray):
-    """A TRUE range of an instance covers the tiles that lie entirely inside the instance's spans (rows past
-    the sequence end do not matter): cut each range into its uncovered left part, covered middle and
-    uncovered right part. Returns (index of the source range, first tile, last tile, covered)."""
-    bq, bk = config.block_q, config.block_k
-    rows_ok = (r["qt"] * bq >= r["qa"]) & (np.minimum(r["qt"] * bq + bq, n_of[r["seq"]]) <= r["qb"])
-    c0 = np.maximum(r["k0"], -(-r["ka"] // bk))
-    c1 = np.minimum(r["k1"], r["kb"] // bk - 1)
-    has_middle = rows_ok & (c0 <= c1) & (r["status"] == 1)
-    c0 = np.where(has_middle, c0, r["k1"] + 1)
-    c1 = np.where(has_middle, c1, r["k1"])
+def _covered_pieces(r: dict[str, np.ndarray], inst: dict[str, np.ndarray], batch: _Batch, tiling: Tiling):
+    """Which tiles of each range its instance makes fully visible: TRUE there, every real query row of the
+    tile inside the q span, and every slot of the k tile a token inside the k span. Returns pieces
+    (index of the source range, first tile, last tile, covered)."""
+    bt = batch.blocks
+    i = r["inst"]
+    qg, kg = inst["qg"][i], inst["kg"][i]
+    true = r["status"] == 1
+    grid_k = np.array([b.grid for b in tiling.blocks], dtype=bool)[bt.block[kg]] if len(kg) else np.zeros(0, bool)
+    # Query side: the real tokens of the tile must lie in [qa, qb). (For grid blocks the span is the grid.)
+    q_ext = extent(bt, "q", qg, r["qt"], r["qt"])
+    rows_ok = (q_ext["token"][0] >= inst["qa"][i]) & (q_ext["token"][1] < inst["qb"][i])
+    # Key side of a run: tiles starting at or after ka and ending at or before kb, a contiguous middle.
+    size_k = bt.k_shape[kg, 2]
+    rel_a = inst["ka"][i] - bt.start[kg]
+    rel_b = inst["kb"][i] - bt.start[kg]
+    c0 = np.maximum(r["k0"], bt.first_k[kg] - (-rel_a // size_k))
+    c1 = np.minimum(r["k1"], bt.first_k[kg] + rel_b // size_k - 1)
+    middle = true & rows_ok & ~grid_k & (c0 <= c1)
+    c0 = np.where(middle, c0, r["k1"] + 1)
+    c1 = np.where(middle, c1, r["k1"])
     idx = np.arange(len(r["k0"]))
-    pieces = [(idx, r["k0"], c0 - 1, False), (idx, c0, c1, True), (idx, c1 + 1, r["k1"], False)]
+    run = ~grid_k
+    pieces = [(idx[run], r["k0"][run], (c0 - 1)[run], np.zeros(run.sum(), bool)),
+              (idx[run], c0[run], c1[run], np.ones(run.sum(), bool)),
+              (idx[run], (c1 + 1)[run], r["k1"][run], np.zeros(run.sum(), bool))]
+    # Key side of a grid: tile by tile, covered where TRUE and complete (no ragged slot).
+    grid = np.nonzero(grid_k)[0]
+    if len(grid):
+        w, off = _expand(r["k1"][grid] - r["k0"][grid] + 1)
+        src = grid[w]
+        kt = r["k0"][src] + off
+        cov = true[src] & rows_ok[src] & complete(bt, "k", kg[src], kt)
+        pieces.append((src, kt, kt, cov))
     src = np.concatenate([p[0] for p in pieces])
     lo = np.concatenate([p[1] for p in pieces])
     hi = np.concatenate([p[2] for p in pieces])
-    covered = np.concatenate([np.full(len(idx), p[3]) for p in pieces])
+    covered = np.concatenate([p[3] for p in pieces])
     keep = lo <= hi
     return src[keep], lo[keep], hi[keep], covered[keep]
 
 
 def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[SequenceValues],
-         config: TileConfig = TileConfig(), refine_budget: int = DEFAULT_REFINE_BUDGET) -> Descriptor:
+         config: TileConfig = TileConfig(), refine_budget: int = DEFAULT_REFINE_BUDGET,
+         tiling: Tiling | None = None) -> Descriptor:
     start = time.perf_counter()
-    bq, bk = config.block_q, config.block_k
-    batch = _Batch.of(layouts, values)
+    tiling = tiling or tiling_for(program, config.block_q, config.block_k)
+    batch = _Batch.of(layouts, values, tiling)
+    bt = batch.blocks
     ns = np.array([lay.n for lay in layouts], dtype=np.int64)
-    q_tiles = -(-ns // bq)
-    k_tiles = -(-ns // bk)
+    q_tiles, k_tiles = bt.tiles("q"), bt.tiles("k")
     qtile_base = np.concatenate([[0], np.cumsum(q_tiles)]).astype(np.int64)
     stats = PlanStats(tiles_total=int((q_tiles * k_tiles).sum()))
 
-    parts = [_search_region(program, region, batch, config) for region in program.regions]
-    r = {name: np.concatenate([p[name] for p in parts]) if parts else np.zeros(0, np.int64) for name in _RANGE_FIELDS}
-    r["bit"] = np.concatenate([np.full(len(p["k0"]), 1 << i, dtype=np.uint32) for i, p in enumerate(parts)]) \
-        if parts else np.zeros(0, np.uint32)
-    r["gq"] = qtile_base[r["seq"]] + r["qt"]
-    order = np.lexsort((r["k0"], r["gq"]))
-    r = {name: a[order] for name, a in r.items()}
+    # Entries of the descriptor before ordering: (gq, first k tile, last k tile, kind, needs exact check),
+    # gq being the global query tile. Query tiles whose ranges never overlap (one instance answers for
+    # each tile, the common case) are decided range by range; the others are merged tile by tile.
+    e_gq, e_lo, e_hi, e_kind, e_todo = [], [], [], [], []
+    for index, region in enumerate(program.regions):
+        inst, r = _search_region(program, region, batch, tiling)
+        r["gq"] = qtile_base[r["seq"]] + r["qt"]
+        r["bit"] = np.full(len(r["k0"]), 1 << index, dtype=np.uint32)
+        src, lo, hi, covered = _covered_pieces(r, inst, batch, tiling)
+        status, exact = r["status"][src], r["exact"][src]
+        e_gq.append(r["gq"][src])
+        e_lo.append(lo)
+        e_hi.append(hi)
+        e_kind.append(np.where(covered, 0, r["bit"][src]).astype(np.uint32))
+        # A TRUE range is decided (covered, or partly outside its instance); an UNKNOWN tile if exact.
+        e_todo.append((status == 2) & ~exact)
+    gq, lo, hi, kinds, todo = (np.concatenate(x) if x else np.zeros(0, np.int64) for x in (e_gq, e_lo, e_hi, e_kind, e_todo))
+    kinds = kinds.astype(np.uint32)
+    todo = todo.astype(bool)
 
-    # Entries of the descriptor before ordering: (gq, first k tile, last k tile, kind, needs exact check).
-    # Query tiles whose ranges never overlap (one instance answers for each tile, the common case) are
-    # decided range by range; the others are merged tile by tile.
-    overlap = (r["gq"][1:] == r["gq"][:-1]) & (r["k0"][1:] <= r["k1"][:-1])
-    mixed = np.isin(r["gq"], r["gq"][1:][overlap]) if overlap.any() else np.zeros(len(r["gq"]), dtype=bool)
-
-    clean = {name: a[~mixed] for name, a in r.items()}
-    src, lo, hi, covered = _split_true_ranges(clean, config, ns)
-    status, exact = clean["status"][src], clean["exact"][src]
-    e_gq, e_lo, e_hi = [clean["gq"][src]], [lo], [hi]
-    e_kind = [np.where(covered, 0, clean["bit"][src]).astype(np.uint32)]
-    e_todo = [(status == 2) & ~exact]  # a TRUE range is decided: covered, or partly outside its instance
-
-    if mixed.any():
-        m = {name: a[mixed] for name, a in r.items()}
-        src, lo, hi, covered = _split_true_ranges(m, config, ns)
-        w, off = _expand(hi - lo + 1)
-        tile_src, kt, tile_covered = src[w], lo[w] + off, covered[w]
-        stride = int(k_tiles.max())
-        key = m["gq"][tile_src] * stride + kt
-        order = np.argsort(key, kind="stable")
-        key, tile_src, tile_covered = key[order], tile_src[order], tile_covered[order]
-        starts = np.nonzero(np.concatenate([[True], key[1:] != key[:-1]]))[0]
-        bits = np.bitwise_or.reduceat(m["bit"][tile_src], starts)
-        full = np.logical_or.reduceat(tile_covered, starts)
-        count = np.diff(np.append(starts, len(key)))
-        first = tile_src[starts]
-        decided = full | ((count == 1) & (((m["status"][first] == 2) & m["exact"][first]) | (m["status"][first] == 1)))
-        e_gq.append(key[starts] // stride)
-        e_lo.append(key[starts] % stride)
-        e_hi.append(key[starts] % stride)
-        e_kind.append(np.where(full, 0, bits).astype(np.uint32))
-        e_todo.append(~decided)
-
-    gq, lo, hi, kinds, todo = (np.concatenate(x) for x in (e_gq, e_lo, e_hi, e_kind, e_todo))
+    order = np.lexsort((lo, gq))
+    gq, lo, hi, kinds, todo = gq[order], lo[order], hi[order], kinds[order], todo[order]
+    overlap = (gq[1:] == gq[:-1]) & (lo[1:] <= hi[:-1])
+    if overlap.any():
+        gq, lo, hi, kinds, todo = _merge_overlaps(gq, lo, hi, kinds, todo, np.isin(gq, gq[1:][overlap]))
 
     # Tiles whose interval answer may be loose, or that several instances touch, are evaluated exactly.
     keep = np.ones(len(gq), dtype=bool)
     todo = np.nonzero(todo)[0]  # always single tiles
     if len(todo):
-        affordable = todo[: max(0, refine_budget // (bq * bk))]
+        affordable = todo[: max(0, refine_budget // (config.block_q * config.block_k))]
         stats.tiles_conservative = len(todo) - len(affordable)
         if len(affordable):
             seq = np.searchsorted(qtile_base, gq[affordable], side="right") - 1
-            exact_kind = _refine(program, batch, config, seq, gq[affordable] - qtile_base[seq], lo[affordable])
+            exact_kind = _refine(program, batch, seq, gq[affordable] - qtile_base[seq], lo[affordable])
             keep[affordable] = exact_kind != 0
             kinds[affordable] = np.where(exact_kind == 1, 0, kinds[affordable])
             stats.tiles_refined = len(affordable)
@@ -478,11 +474,38 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
 
     stats.tiles_full = int(np.count_nonzero(kind == 0))
     stats.tiles_partial = len(kind) - stats.tiles_full
-    desc = Descriptor(config, ns, qtile_base, work_seq, work_qtile, row_ptr.astype(np.int32), k_tile, kind, stats)
+    desc = Descriptor(config, bt, ns, work_seq, work_qtile, row_ptr.astype(np.int32), k_tile, kind, stats)
     if desc.nbytes > MAX_DESCRIPTOR_BYTES:
         raise PlanError(f"the descriptor would take {desc.nbytes / 2**30:.1f} GiB, more than the 1 GiB limit")
     stats.seconds = time.perf_counter() - start
     return desc
+
+
+def _merge_overlaps(gq, lo, hi, kinds, todo, mixed):
+    """Where entries of one query tile overlap, go tile by tile: OR the region bits, FULL if any entry
+    covers the tile, and check exactly unless a single exact entry decides it."""
+    keep = ~mixed
+    idx = np.nonzero(mixed)[0]
+    w, off = _expand(hi[idx] - lo[idx] + 1)
+    src = idx[w]
+    kt = lo[src] + off
+    stride = int(kt.max()) + 1
+    key = gq[src] * stride + kt
+    order = np.argsort(key, kind="stable")
+    key, src = key[order], src[order]
+    starts = np.nonzero(np.concatenate([[True], key[1:] != key[:-1]]))[0]
+    count = np.diff(np.append(starts, len(key)))
+    full = np.logical_and.reduceat(kinds[src] != 0, starts) == 0
+    bits = np.bitwise_or.reduceat(kinds[src], starts)
+    decided = full | ((count == 1) & ~todo[src[starts]])
+    m_gq, m_kt = key[starts] // stride, key[starts] % stride
+    gq = np.concatenate([gq[keep], m_gq])
+    lo = np.concatenate([lo[keep], m_kt])
+    hi = np.concatenate([hi[keep], m_kt])
+    kinds = np.concatenate([kinds[keep], np.where(full, 0, bits).astype(np.uint32)])
+    todo = np.concatenate([todo[keep], ~decided])
+    order = np.lexsort((lo, gq))
+    return gq[order], lo[order], hi[order], kinds[order], todo[order]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -517,19 +540,24 @@ def kernel_tables(code, desc: Descriptor, layouts: list[ConcreteLayout], values:
     seg_begin = np.concatenate([[0], np.cumsum([len(lay.starts) for lay in layouts])]).astype(np.int64)
     array_parts, array_offset = [], 0
     fixed = len(code.SEQ_FIXED)
+    bt = desc.blocks
     for b, (lay, val) in enumerate(zip(layouts, values)):
         seq_table[b, :fixed] = (token_offsets[b], lay.n, seg_begin[b], len(lay.starts))
+        rows = slice(bt.rows_of_seq[b], bt.rows_of_seq[b + 1])
+        blocks = np.stack([bt.start[rows], *bt.dims[rows].T, bt.first_q[rows], bt.first_k[rows]], axis=1)
+        seq_table[b, fixed:fixed + blocks.size] = blocks.reshape(-1)
         for slot, info in enumerate(code.arrays):
             a = val.arrays[info.name]
             rows, cols = (1, a.shape[0]) if a.ndim == 1 else a.shape
-            seq_table[b, fixed + 3 * slot: fixed + 3 * slot + 3] = (array_offset, rows, cols)
+            at = code.array_field(slot)
+            seq_table[b, at:at + 3] = (array_offset, rows, cols)
             array_parts.append(a.reshape(-1).astype(np.int32))
             array_offset += a.size
         env = Env(params={k: (v if isinstance(v, bool) else np.int64(v)) for k, v in val.scalars.items()} | {"n": np.int64(lay.n)},
                   arrays=val.arrays)
         for i, sv in enumerate(code.seq_values):
             try:
-                seq_table[b, fixed + 3 * len(code.arrays) + i] = int(evaluate(sv.expr, env))
+                seq_table[b, code.value_field(i)] = int(evaluate(sv.expr, env))
             except ZeroDivisionError:
                 raise PlanError(f"sequence {b}: {sv.text} divides by zero for these parameter values") from None
     kinds = desc.kind.astype({8: np.uint8, 16: np.uint16, 32: np.uint32}[code.kind_bits])

@@ -92,16 +92,17 @@ def simulate(program: ir.Program, desc, layouts: list[ConcreteLayout], values: l
     descriptor lists, in order, with an online softmax; full tiles apply no mask, partial tiles evaluate only
     the regions their kind names. Per sequence: q/k/v [n, D] -> (O [n, D], LSE [n]).
 
-    If this matches dense attention, the descriptor (lists, kinds, order) and the online softmax are right.
+    If this matches dense attention, the descriptor (lists, kinds, order, tiles' tokens) and the online
+    softmax are right.
     """
-    bq, bk = desc.config.block_q, desc.config.block_k
-    outs = [np.zeros((lay.n, q[b].shape[1]), np.float32) for b, lay in enumerate(layouts)]
+    outs = [np.zeros((lay.n, v[b].shape[1]), np.float32) for b, lay in enumerate(layouts)]
     lses = [np.full(lay.n, -np.inf, np.float32) for lay in layouts]
     log2e = np.float32(np.log2(np.e))
     for w in range(len(desc.work_seq)):
         b, qt = int(desc.work_seq[w]), int(desc.work_qtile[w])
         lay, val = layouts[b], values[b]
-        rows = np.arange(qt * bq, min((qt + 1) * bq, lay.n))
+        rows = desc.tokens("q", b, np.array([qt]))[0]
+        rows = rows[rows >= 0]
         if len(rows) == 0:
             continue
         m = np.full(len(rows), -np.inf, np.float32)
@@ -110,9 +111,9 @@ def simulate(program: ir.Program, desc, layouts: list[ConcreteLayout], values: l
         qs = q[b][rows].astype(np.float32)
         for j in range(desc.row_ptr[w], desc.row_ptr[w + 1]):
             kt, kind = int(desc.k_tile[j]), int(desc.kind[j])
-            cols = np.arange(kt * bk, (kt + 1) * bk)
-            inside = cols < lay.n
-            colc = np.minimum(cols, max(lay.n - 1, 0))
+            cols = desc.tokens("k", b, np.array([kt]))[0]
+            inside = cols >= 0
+            colc = np.maximum(cols, 0)
             s = (qs @ k[b][colc].astype(np.float32).T) * np.float32(scale * log2e)
             if kind != 0:
                 vis = np.zeros(s.shape, dtype=bool)
@@ -120,6 +121,8 @@ def simulate(program: ir.Program, desc, layouts: list[ConcreteLayout], values: l
                     if kind >> r & 1:
                         vis |= region_visible(program, region, lay, val, rows[:, None], colc[None, :])
                 s = np.where(vis & inside[None, :], s, -np.inf)
+            elif not inside.all():
+                raise AssertionError(f"full tile {kt} of sequence {b} has slots without a token")
             new_m = np.maximum(m, s.max(axis=1))
             base = np.where(np.isneginf(new_m), 0, new_m).astype(np.float32)
             corr = np.exp2(m - base)

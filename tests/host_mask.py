@@ -21,6 +21,13 @@ extern "C" void maskc_eval_all(const i64* seq_table, const int* seg_start, const
         for (int k = 0; k < n; ++k) out[(long long)q * n + k] = mask_visible(s, row, mask_col(s, k), 0xffffffffu);
     }
 }
+
+extern "C" void maskc_tokens(const i64* seq_table, const int* seg_start, const int* seg_code, const int* arrays,
+                             int b, int side, int tiles, int slots, int* out) {
+    const MaskSeq s = mask_seq(seq_table, seg_start, seg_code, arrays, b);
+    for (int t = 0; t < tiles; ++t)
+        for (int i = 0; i < slots; ++i) out[t * slots + i] = side == 0 ? q_token(s, t, i) : k_token(s, t, i);
+}
 """
 
 
@@ -47,6 +54,15 @@ def evaluate_all(lib: ctypes.CDLL, tables, b: int, n: int) -> np.ndarray:
     ptrs = [a.ctypes.data_as(ctypes.c_void_p) for a in arrays]
     lib.maskc_eval_all(*ptrs, ctypes.c_int(b), ctypes.c_int(n), out.ctypes.data_as(ctypes.c_void_p))
     return out.astype(bool)
+
+
+def tokens(lib: ctypes.CDLL, tables, b: int, side: str, tiles: int, slots: int) -> np.ndarray:
+    out = np.zeros((tiles, slots), dtype=np.int32)
+    arrays = [np.ascontiguousarray(a) for a in (tables.seq_table, tables.seg_start, tables.seg_code, tables.arrays)]
+    ptrs = [a.ctypes.data_as(ctypes.c_void_p) for a in arrays]
+    lib.maskc_tokens(*ptrs, ctypes.c_int(b), ctypes.c_int(0 if side == "q" else 1), ctypes.c_int(tiles),
+                     ctypes.c_int(slots), out.ctypes.data_as(ctypes.c_void_p))
+    return out
 
 
 def workdir() -> Path:

@@ -1,0 +1,282 @@
+"""How a sequence is cut into query tiles and key tiles.
+
+A sequence is a list of *blocks* in token order. A block is either a run of consecutive segments, tiled
+into 1D tiles of `block_q` / `block_k` consecutive tokens, or a grid segment whose coordinates the mask
+reads, tiled into 2D or 3D boxes (8 x 16 queries and 8 x 8 keys for a 2D grid) so that a tile holds
+tokens that are close on the grid, where a 2D neighbourhood keeps tiles dense. Both are described the
+same way: a run of L tokens is a (1, 1, L) grid tiled by (1, 1, block). A tile may have slots past the
+end of its block (a ragged edge); those slots hold no token.
+
+The structure (which blocks, which tile shapes) is decided at compile time from the IR; the sizes come
+from the runtime layout of each sequence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import ir
+from .layout import ConcreteLayout
+
+
+@dataclass(frozen=True)
+class Block:
+    """Segments first..last (symbol indices) tiled together; `grid` when they are one tiled grid."""
+
+    first: int
+    last: int
+    grid: bool
+    q_shape: tuple[int, int, int]  # (t, y, x) extent of a query tile
+    k_shape: tuple[int, int, int]
+
+    def shape(self, side: str) -> tuple[int, int, int]:
+        return self.q_shape if side == "q" else self.k_shape
+
+
+@dataclass(frozen=True)
+class Tiling:
+    block_q: int
+    block_k: int
+    blocks: tuple[Block, ...]
+
+    @property
+    def has_grids(self) -> bool:
+        return any(b.grid for b in self.blocks)
+
+
+def _pow2_at_least(x: int) -> int:
+    p = 1
+    while p < x:
+        p *= 2
+    return p
+
+
+def _grid_shape(dims: tuple[int | None, ...], preferred: tuple[int, int, int]) -> tuple[int, int, int]:
+    """The preferred (t, y, x) tile shape, narrowed along an axis the grid is known to be narrower than
+    (its slots go to the next slower axis), so that small grids do not waste slots."""
+    tt, th, tw = preferred
+    t_dim, h_dim, w_dim = ((None,) * (3 - len(dims)) + tuple(dims))[-3:]
+    while w_dim is not None and tw > 1 and tw // 2 >= w_dim:
+        tw, th = tw // 2, th * 2
+    while len(dims) == 3 and h_dim is not None and th > 1 and th // 2 >= h_dim:
+        th, tt = th // 2, tt * 2
+    return (tt, th, tw)
+
+
+# Preferred tile shapes: square-ish neighbourhoods, x (the contiguous axis) widest.
+_SHAPES = {(2, "q"): (1, 8, 16), (2, "k"): (1, 8, 8), (3, "q"): (2, 8, 8), (3, "k"): (1, 8, 8)}
+
+
+def grids_tiled_by_coordinates(program: ir.Program) -> set[int]:
+    """Grid segments whose coordinates some rule reads: those get 2D/3D tiles."""
+    out = set()
+    for region in program.regions:
+        for node in ir.walk(region.pred):
+            if isinstance(node, ir.Token) and node.attr in ("t", "y", "x"):
+                side = region.q if node.side == "q" else region.k
+                out.add(program.segment_index(side.segments[0]))
+    return out
+
+
+def _scaled(shape: tuple[int, int, int], size: int) -> tuple[int, int, int]:
+    """A preferred shape resized (along y) to hold `size` slots."""
+    tt, th, tw = shape
+    return (tt, max(1, size // (tt * tw)), tw) if size >= tt * tw else (1, 1, size)
+
+
+def tiling_for(program: ir.Program, block_q: int, block_k: int) -> Tiling:
+    grids = grids_tiled_by_coordinates(program)
+    blocks: list[Block] = []
+    run_start = None
+    for s, seg in enumerate(program.segments):
+        if s in grids:
+            if run_start is not None:
+                blocks.append(Block(run_start, s - 1, False, (1, 1, block_q), (1, 1, block_k)))
+                run_start = None
+            dims = tuple(int(d.value) if isinstance(d, ir.Const) else None for d in seg.dims)
+            q_shape = _grid_shape(dims, _scaled(_SHAPES[(len(dims), "q")], block_q))
+            k_shape = _grid_shape(dims, _scaled(_SHAPES[(len(dims), "k")], block_k))
+            blocks.append(Block(s, s, True, q_shape, k_shape))
+        elif run_start is None:
+            run_start = s
+    if run_start is not None or not blocks:
+        blocks.append(Block(run_start or 0, len(program.segments) - 1, False, (1, 1, block_q), (1, 1, block_k)))
+    return Tiling(block_q, block_k, tuple(blocks))
+
+
+@dataclass(frozen=True)
+class BlockTable:
+    """The blocks of every sequence of a batch, one row per (sequence, block), in order. Tile ids are
+    per sequence: the query tiles of block row g are first_q[g] ... first_q[g] + count_q[g] - 1."""
+
+    seq: np.ndarray  # int64 [G]
+    block: np.ndarray  # which Tiling.blocks entry
+    start: np.ndarray  # first token (in the sequence)
+    dims: np.ndarray  # int64 [G, 3]: (t, y, x) extent; a run of L tokens is (1, 1, L)
+    first_q: np.ndarray
+    count_q: np.ndarray
+    first_k: np.ndarray
+    count_k: np.ndarray
+    q_shape: np.ndarray  # int64 [G, 3]
+    k_shape: np.ndarray
+    rows_of_seq: np.ndarray  # int64 [B + 1]: rows of sequence b are rows_of_seq[b]:rows_of_seq[b + 1]
+    size_q: int
+    size_k: int
+    runs_only: bool  # no grid blocks: every tile is a run of consecutive tokens
+
+    def first(self, side: str) -> np.ndarray:
+        return self.first_q if side == "q" else self.first_k
+
+    def count(self, side: str) -> np.ndarray:
+        return self.count_q if side == "q" else self.count_k
+
+    def shape(self, side: str) -> np.ndarray:
+        return self.q_shape if side == "q" else self.k_shape
+
+    def tiles(self, side: str) -> np.ndarray:
+        """How many tiles each sequence has."""
+        return np.bincount(self.seq, weights=self.count(side), minlength=len(self.rows_of_seq) - 1).astype(np.int64)
+
+
+def tiles_per_block(dims: np.ndarray, shape: np.ndarray) -> np.ndarray:
+    return np.prod(-(-dims // shape), axis=-1)
+
+
+def block_table(tiling: Tiling, layouts: list[ConcreteLayout]) -> BlockTable:
+    rows = []
+    for b, lay in enumerate(layouts):
+        first = {"q": 0, "k": 0}
+        for i, block in enumerate(tiling.blocks):
+            lo, hi = lay.span(block.first)[0], lay.span(block.last)[1]
+            if block.grid:
+                d = lay.grid_dims[block.first]
+                dims = (1,) * (3 - len(d)) + tuple(d)
+            else:
+                dims = (1, 1, hi - lo)
+            counts = {side: int(tiles_per_block(np.array(dims), np.array(block.shape(side)))) for side in "qk"}
+            rows.append((b, i, lo, *dims, first["q"], counts["q"], first["k"], counts["k"], *block.q_shape, *block.k_shape))
+            first = {side: first[side] + counts[side] for side in "qk"}
+    t = np.array(rows, dtype=np.int64).reshape(-1, 16)
+    per_seq = np.bincount(t[:, 0], minlength=len(layouts)) if len(t) else np.zeros(len(layouts), np.int64)
+    return BlockTable(seq=t[:, 0], block=t[:, 1], start=t[:, 2], dims=t[:, 3:6], first_q=t[:, 6], count_q=t[:, 7],
+                      first_k=t[:, 8], count_k=t[:, 9], q_shape=t[:, 10:13], k_shape=t[:, 13:16],
+                      rows_of_seq=np.concatenate([[0], np.cumsum(per_seq)]).astype(np.int64),
+                      size_q=tiling.block_q, size_k=tiling.block_k, runs_only=not tiling.has_grids)
+
+
+def block_of(bt: BlockTable, side: str, seq: np.ndarray, tiles: np.ndarray) -> np.ndarray:
+    """The block row holding each (sequence, tile)."""
+    seq = np.asarray(seq, dtype=np.int64)
+    tiles = np.asarray(tiles, dtype=np.int64)
+    # Block rows are ordered by sequence, then by first tile: search a combined key.
+    span = int(bt.tiles(side).max(initial=0)) + 1
+    keys = bt.seq * span + bt.first(side)
+    return np.searchsorted(keys, seq * span + tiles, side="right") - 1
+
+
+def _per_block(bt: BlockTable, side: str, g: np.ndarray):
+    """Shape, dims and tile-grid width/height of the block rows g: scalars when all boxes share one block
+    (the usual case, and far cheaper than gathering), else arrays."""
+    g = np.asarray(g, dtype=np.int64)
+    if len(g) == 0 or g.min() == g.max():
+        one = int(g[0]) if len(g) else 0
+        shape, dims = bt.shape(side)[one], bt.dims[one]
+        first, start = bt.first(side)[one], bt.start[one]
+    else:
+        shape, dims = bt.shape(side)[g].T, bt.dims[g].T
+        first, start = bt.first(side)[g], bt.start[g]
+    ny = -(-dims[1] // shape[1])
+    nx = -(-dims[2] // shape[2])
+    return shape, dims, first, start, ny, nx
+
+
+def _coordinates(bt: BlockTable, side: str, g: np.ndarray, tiles: np.ndarray):
+    shape, dims, first, start, ny, nx = _per_block(bt, side, g)
+    local = tiles - first
+    return local // (ny * nx), (local // nx) % ny, local % nx, shape, dims
+
+
+def tile_tokens(bt: BlockTable, side: str, g: np.ndarray, tiles: np.ndarray) -> np.ndarray:
+    """Token of every slot of the given tiles (of block rows g), [len(tiles), slots]; -1 for no token."""
+    g = np.asarray(g, dtype=np.int64)
+    tiles = np.asarray(tiles, dtype=np.int64)
+    size = bt.size_q if side == "q" else bt.size_k
+    shape, dims, first, start, ny, nx = _per_block(bt, side, g)
+    shape, dims = [np.asarray(x)[..., None] for x in shape], [np.asarray(x)[..., None] for x in dims]
+    local = (tiles - first)[:, None]
+    ct, cy, cx = local // (np.asarray(ny)[..., None] * np.asarray(nx)[..., None]), \
+        (local // np.asarray(nx)[..., None]) % np.asarray(ny)[..., None], local % np.asarray(nx)[..., None]
+    slot = np.arange(size, dtype=np.int64)[None, :]
+    t = ct * shape[0] + slot // (shape[1] * shape[2])
+    y = cy * shape[1] + (slot // shape[2]) % shape[1]
+    x = cx * shape[2] + slot % shape[2]
+    valid = (t < dims[0]) & (y < dims[1]) & (x < dims[2])
+    token = np.asarray(start)[..., None] + (t * dims[1] + y) * dims[2] + x
+    return np.where(valid, token, -1)
+
+
+def complete(bt: BlockTable, side: str, g: np.ndarray, tiles: np.ndarray) -> np.ndarray:
+    """Whether every slot of each tile holds a token."""
+    ct, cy, cx, shape, dims = _coordinates(bt, side, np.asarray(g), np.asarray(tiles))
+    return ((ct + 1) * shape[0] <= dims[0]) & ((cy + 1) * shape[1] <= dims[1]) & ((cx + 1) * shape[2] <= dims[2])
+
+
+def extent(bt: BlockTable, side: str, g: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> dict:
+    """For consecutive tiles t0..t1 of block row g: hulls of the coordinates (t, y, x) of their tokens,
+    the hull of the tokens, and whether the coordinates form a product of ranges (then each coordinate
+    varies independently of the others)."""
+    if bt.runs_only:  # the common case, kept cheap: tiles of consecutive tokens
+        size = bt.size_q if side == "q" else bt.size_k
+        _, dims, first, start, _, _ = _per_block(bt, side, g)
+        lo = (t0 - first) * size
+        hi = np.minimum((t1 - first + 1) * size, dims[2]) - 1
+        zero = np.zeros_like(lo)
+        return dict(t=(zero, zero), y=(zero, zero), x=(lo, hi), product=True, token=(start + lo, start + hi))
+    shape, dims, first, start, ny, nx = _per_block(bt, side, g)
+    a, b = t0 - first, t1 - first
+    a_t, a_y, a_x = a // (ny * nx), (a // nx) % ny, a % nx
+    b_t, b_y, b_x = b // (ny * nx), (b // nx) % ny, b % nx
+    same_t = a_t == b_t
+    same_y = same_t & (a_y == b_y)
+    t_lo, t_hi = a_t * shape[0], np.minimum(b_t * shape[0] + shape[0], dims[0]) - 1
+    y_lo = np.where(same_t, a_y * shape[1], 0)
+    y_hi = np.where(same_t, np.minimum(b_y * shape[1] + shape[1], dims[1]), dims[1]) - 1
+    x_lo = np.where(same_y, a_x * shape[2], 0)
+    x_hi = np.where(same_y, np.minimum(b_x * shape[2] + shape[2], dims[2]), dims[2]) - 1
+    return dict(t=(t_lo, t_hi), y=(y_lo, y_hi), x=(x_lo, x_hi), product=same_y,
+                token=(start + (t_lo * dims[1] + y_lo) * dims[2] + x_lo,
+                       start + (t_hi * dims[1] + y_hi) * dims[2] + x_hi))
+
+
+def split(bt: BlockTable, side: str, g: np.ndarray, t0: np.ndarray, t1: np.ndarray, parts: int):
+    """Cut blocks of tiles t0..t1 into up to `parts` consecutive pieces: (which block, first, last) per
+    piece. A grid block is cut between frames first, then between rows of tiles, and only then along x,
+    so that every piece stays a box of the grid (a product of coordinate ranges) and bounds stay tight."""
+    if bt.runs_only:
+        lo, hi = t0, t1
+    else:
+        shape, dims, first, start, ny, nx = _per_block(bt, side, g)
+        a, b = t0 - first, t1 - first
+        a_t, a_y = a // (ny * nx), (a // nx) % ny
+        b_t, b_y = b // (ny * nx), (b // nx) % ny
+        # Cut in units of frames, rows of tiles or tiles: (first unit, last unit, tiles per unit).
+        by_frame, by_row = a_t != b_t, (a_t == b_t) & (a_y != b_y)
+        unit = np.where(by_frame, ny * nx, np.where(by_row, nx, 1))
+        base = np.where(by_frame, first, np.where(by_row, first + a_t * ny * nx, 0))
+        lo = np.where(by_frame, a_t, np.where(by_row, a_y, t0))
+        hi = np.where(by_frame, b_t, np.where(by_row, b_y, t1))
+    count = hi - lo + 1
+    piece = np.arange(parts)[None, :]
+    p_lo = lo[:, None] + (count[:, None] * piece) // parts
+    p_hi = lo[:, None] + (count[:, None] * (piece + 1)) // parts - 1
+    which = np.broadcast_to(np.arange(len(t0))[:, None], p_lo.shape)
+    keep = p_lo <= p_hi
+    which, p_lo, p_hi = which[keep], p_lo[keep], p_hi[keep]
+    if not bt.runs_only:
+        u, z = unit[which], base[which]
+        grid_units = u > 1
+        p_lo = np.where(grid_units, z + p_lo * u, p_lo)
+        p_hi = np.where(grid_units, z + p_hi * u + u - 1, p_hi)
+    return which, p_lo, p_hi
