@@ -1,0 +1,379 @@
+"""The `maskc` command: compile, check, explain and run `.mask` files.
+
+Exit codes, as compilers have them: 0 success; 1 an error in the user's mask or its values (diagnostics on
+stderr, never a traceback); 2 misuse of the command line (click's usage message); 3 an internal error
+(a maskc bug: the message says so; `MASKC_DEBUG=1` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from . import __version__, ir
+from .build import BuildError
+from .codegen import ARCHS, DTYPES, HEAD_DIMS, KernelOptions
+from .compiler import compile_program
+from .diagnostics import MaskError
+from .frontend import read_file, read_program
+
+EMIT_SUFFIX = {"cu": ".cu", "ptx": ".ptx", "cubin": ".cubin"}
+
+# ---------------------------------------------------------------------------------------------------
+# Errors and exit codes
+# ---------------------------------------------------------------------------------------------------
+
+
+def fail(message: str, code: int) -> None:
+    click.echo(message, err=True)
+    raise SystemExit(code)
+
+
+def internal_error(exc: Exception) -> None:
+    if os.environ.get("MASKC_DEBUG") == "1":
+        raise exc
+    lines = [f"maskc: internal error: {type(exc).__name__}: {exc}".rstrip()]
+    if isinstance(exc, BuildError) and exc.dumped:
+        lines.append(f"the generated source is in {exc.dumped}")
+    lines.append("This is a bug in maskc, not in your mask. Please report it with the .mask file, the command "
+                 "and this message (MASKC_DEBUG=1 shows the traceback).")
+    fail("\n".join(lines), 3)
+
+
+def reporting_errors(command):
+    """Turn exceptions into messages and exit codes; click's own (usage errors, exits) pass through."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit):
+            raise
+        except MaskError as exc:
+            fail(exc.render(), 1)
+        except ValueError as exc:  # bad runtime values: ValueProblem, PlanError, the runtime's checks
+            fail(f"error: {exc}", 1)
+        except Exception as exc:  # BuildError and anything unexpected
+            internal_error(exc)
+
+    return wrapper
+
+
+# ---------------------------------------------------------------------------------------------------
+# Arguments
+# ---------------------------------------------------------------------------------------------------
+
+_INT = re.compile(r"^[+-]?\d+(_\d+)*$")
+
+
+def parse_value(text: str):
+    """A parameter value as the language writes literals: 12, -3, 32_768, true, [1, 2], [[true, false]]."""
+    text = text.strip()
+    if _INT.match(text):
+        return int(text.replace("_", ""))
+    if text in ("true", "false"):
+        return text == "true"
+    if text.startswith("["):
+        try:
+            value = json.loads(re.sub(r"(?<=\d)_(?=\d)", "", text))
+        except json.JSONDecodeError:
+            value = None
+        if _is_literal_list(value):
+            return value
+    raise ValueError("expected an int, true, false or a bracketed list such as [1, 2, 3] or [[true, false]]")
+
+
+def _is_literal_list(value) -> bool:
+    if not isinstance(value, list):
+        return False
+    return all(isinstance(x, (int, bool)) or _is_literal_list(x) for x in value)
+
+
+class ParamAssignment(click.ParamType):
+    """`NAME=VALUE`, converted to (name, value)."""
+
+    name = "NAME=VALUE"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        name, sep, text = value.partition("=")
+        name = name.strip()
+        if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            self.fail(f"expected NAME=VALUE, got {value!r}", param, ctx)
+        try:
+            return name, parse_value(text)
+        except ValueError as exc:
+            self.fail(f"{name}: {exc}, got {text.strip()!r}", param, ctx)
+
+
+def param_option(help_text: str):
+    return click.option("--param", "params", type=ParamAssignment(), multiple=True, metavar="NAME=VALUE",
+                        help=help_text)
+
+
+MASK_ARGUMENT = click.Path(exists=True, dir_okay=False, allow_dash=True)
+
+
+def read_mask(path: str) -> ir.Program:
+    if path == "-":
+        return read_program(sys.stdin.read(), "<stdin>")
+    return read_file(path)
+
+
+def split_params(program: ir.Program, params: tuple[tuple[str, object], ...],
+                 allow_runtime: bool = True) -> tuple[dict[str, object], dict[str, object]]:
+    """--param values split into (const values to compile in, runtime values); names are checked here,
+    so a typo is a usage error rather than a diagnostic about the file."""
+    consts: dict[str, object] = {}
+    runtime: dict[str, object] = {}
+    for name, value in params:
+        if name in consts or name in runtime:
+            raise click.BadParameter(f"'{name}' is given twice", param_hint="--param")
+        decl = program.param(name)
+        if decl is None and name != "n":
+            known = ", ".join(["n"] + [p.name for p in program.params if p.name != "n"])
+            raise click.BadParameter(f"mask {program.name} has no parameter '{name}' (its parameters: {known})",
+                                     param_hint="--param")
+        if decl is not None and decl.const:
+            consts[name] = value
+        elif allow_runtime:
+            runtime[name] = value
+        else:
+            const_names = ", ".join(p.name for p in program.params if p.const) or "none"
+            raise click.BadParameter(
+                f"'{name}' is a runtime parameter: it is a kernel argument given at call time (changing it never "
+                f"recompiles), so compile does not take it. Only const parameters are compiled in "
+                f"(those of {program.name}: {const_names}).", param_hint="--param")
+    return consts, runtime
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write beside the target, then rename over it: a failed or interrupted run never leaves half a file."""
+    directory = path.parent if str(path.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise click.FileError(str(path), hint=exc.strerror or str(exc)) from None
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; an output file gets the usual permissions
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise click.FileError(str(path), hint=exc.strerror or str(exc)) from None
+        raise
+
+
+def stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------------------------------
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="maskc")
+def cli():
+    """maskc: a compiler for attention masks.
+
+    A .mask file says which tokens may attend to which; maskc turns it into a CUDA attention kernel
+    that skips hidden tiles and runs no mask code on fully visible ones. The language is described
+    in docs/language.md.
+
+    Exit codes: 0 ok, 1 an error in the mask or its values, 2 misuse of the command line, 3 an internal
+    error (a maskc bug; MASKC_DEBUG=1 shows the traceback).
+    """
+
+
+@cli.command("compile", short_help="Emit the CUDA kernel (.cu), PTX or a cubin for a mask.")
+@click.argument("mask", type=MASK_ARGUMENT)
+@click.option("-o", "--output", metavar="FILE",
+              help="Where to write; '-' for stdout. Default: the input's name with the suffix of --emit, in the "
+                   "current directory (hstu.mask -> hstu.cu), as a C compiler does.")
+@click.option("--emit", type=click.Choice(list(EMIT_SUFFIX)), default="cu", show_default=True,
+              help="cu: the self-contained kernel source; ptx or cubin: built with NVRTC for --arch.")
+@click.option("--arch", type=click.Choice(ARCHS), default="sm_90", show_default=True, help="Target GPU architecture.")
+@click.option("--head-dim", type=click.Choice([str(d) for d in HEAD_DIMS]), default="128", show_default=True)
+@click.option("--dtype", type=click.Choice(list(DTYPES)), default="bf16", show_default=True,
+              help="Type of q, k, v and the output (accumulation is fp32).")
+@param_option("Value of a const parameter, compiled in (repeatable). Runtime parameters are call arguments, "
+              "not compile options.")
+@reporting_errors
+def compile_command(mask, output, emit, arch, head_dim, dtype, params):
+    """Compile MASK ('-' reads stdin) into a kernel for one architecture, head dim and dtype.
+
+    The output is deterministic: the same mask, options and maskc version give the same bytes.
+    """
+    if output is None:
+        if mask == "-":
+            raise click.UsageError("reading the mask from stdin: say where the output goes with -o FILE (or -o -)")
+        output = Path(mask).stem + EMIT_SUFFIX[emit]
+    if output == "-" and emit == "cubin" and stdout_is_terminal():
+        raise click.UsageError("a cubin is binary: redirect stdout to a file, or give -o FILE")
+    program = read_mask(mask)
+    consts, _ = split_params(program, params, allow_runtime=False)
+    compiled = compile_program(program, KernelOptions(int(head_dim), dtype, arch), consts)
+    data = compiled.source.encode() if emit == "cu" else compiled.build(emit).path.read_bytes()
+    if output == "-":
+        click.echo(data, nl=False)  # bytes go to the binary stream beneath stdout
+    else:
+        write_atomically(Path(output), data)
+
+
+@cli.command("check", short_help="Parse and check masks; exit code 1 on any error (for CI).")
+@click.argument("masks", type=MASK_ARGUMENT, nargs=-1, required=True)
+@param_option("Value of a parameter (repeatable): const values compile in, runtime values replace defaults.")
+@click.option("-v", "--verbose", is_flag=True, help="Print 'FILE: ok' for each mask that passes.")
+@reporting_errors
+def check_command(masks, params, verbose):
+    """Check each MASK: parse, names and types, the passes, integer ranges and code generation, and, where
+    the file gives complete default values (or a batch: section), that those lay out exactly.
+
+    Prints nothing and exits 0 when every file is fine; otherwise diagnostics on stderr and exit 1.
+    """
+    from .explain import choose_sequences
+
+    failed = False
+    for path in masks:
+        try:
+            program = read_mask(path)
+            consts, runtime = split_params(program, params)
+            compiled = compile_program(program, KernelOptions(), consts)
+            sequences, _ = choose_sequences(program, runtime=runtime)
+            if defaults_are_complete(compiled.program, sequences):
+                compiled.bind(sequences)
+        except MaskError as exc:
+            click.echo(exc.render(), err=True)
+            failed = True
+            continue
+        except ValueError as exc:
+            click.echo(f"{'<stdin>' if path == '-' else path}: error: {exc}", err=True)
+            failed = True
+            continue
+        if verbose:
+            click.echo(f"{'<stdin>' if path == '-' else path}: ok")
+    if failed:
+        raise SystemExit(1)
+
+
+def defaults_are_complete(program: ir.Program, sequences: list[dict[str, object]]) -> bool:
+    """Whether every sequence has a value for every runtime parameter (and n, if the layout needs it)."""
+    from .layout import layout_uses_n
+
+    n_decl = program.param("n")
+    for given in sequences:
+        if layout_uses_n(program) and "n" not in given and (n_decl is None or n_decl.default is None):
+            return False
+        if any(p.name not in given and p.default is None for p in program.runtime_params):
+            return False
+    return True
+
+
+@cli.command("explain", short_help="Show the IR after each pass, tile statistics and a picture.")
+@click.argument("mask", type=MASK_ARGUMENT)
+@click.option("--n", "n", type=click.IntRange(min=0), help="Plan one sequence of N tokens (default: the mask's "
+              "default n, or its batch: section).")
+@param_option("Value of a parameter (repeatable): const values compile in, runtime values replace defaults.")
+@click.option("--png", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
+              help="Draw the first sequence's mask with the visited tiles over it (exact up to n = 4096, "
+                   "downsampled beyond). Needs matplotlib.")
+@click.option("--dump-mask", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
+              help="Write the exact boolean mask of the first sequence as a .npy file (n <= 16384).")
+@reporting_errors
+def explain_command(mask, n, params, png, dump_mask):
+    """Explain what maskc makes of MASK: the IR after each pass, then, for concrete runtime values, how
+    the tiles of 128 queries x 64 keys fall (empty, full, partial), the exact visible fraction, the tile
+    density and the descriptor's size and planning time.
+    """
+    from . import explain
+
+    if png:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            fail("error: --png needs matplotlib: pip install matplotlib", 2)
+    program = read_mask(mask)
+    consts, runtime = split_params(program, params)
+    compiled, lines = explain.compile_explained(program, KernelOptions(), consts)
+    click.echo("\n".join(lines))
+    sequences, origin = explain.choose_sequences(compiled.program, n, runtime)
+    result = explain.explain_values(compiled, sequences, origin, png=bool(png), dump=bool(dump_mask))
+    click.echo("")
+    click.echo("\n".join(result.report.lines()))
+    if result.png is not None:
+        write_atomically(Path(png), result.png)
+        click.echo(f"picture: {png}")
+    if result.mask_npy is not None:
+        write_atomically(Path(dump_mask), result.mask_npy)
+        click.echo(f"mask of sequence 0: {dump_mask}")
+
+
+@cli.command("run", short_help="Run a mask on random inputs, check it against a reference, time it.")
+@click.argument("mask", type=MASK_ARGUMENT)
+@click.option("--n", "n", type=click.IntRange(min=0), help="One sequence of N tokens (default: the mask's "
+              "default n, or its batch: section).")
+@param_option("Value of a parameter (repeatable): const values compile in, runtime values replace defaults.")
+@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Repeat the sequences this many times (a packed batch).")
+@click.option("--heads", type=click.IntRange(min=1), default=16, show_default=True, help="Query heads (GPU).")
+@click.option("--kv-heads", type=click.IntRange(min=1), help="Key/value heads (GPU; default: --heads).")
+@click.option("--head-dim", type=click.Choice([str(d) for d in HEAD_DIMS]), default="128", show_default=True)
+@click.option("--dtype", type=click.Choice(list(DTYPES)), default="bf16", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs and row samples.")
+@click.option("--cpu", "force_cpu", is_flag=True, help="Check on the CPU even when a GPU is usable.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+@reporting_errors
+def run_command(mask, n, params, batch, heads, kv_heads, head_dim, dtype, seed, force_cpu, as_json):
+    """Run MASK on fresh random inputs and check the result.
+
+    On a GPU (PyTorch and CuPy installed): launch the kernel, compare with float32 attention (every row of
+    short sequences, sampled rows of long ones), print the errors, the median time and effective TFLOP/s
+    (4 x visible pairs x head dim x heads / time).
+
+    Without a GPU: say so, build the cubin, check the descriptor against the brute-force mask and run a
+    CPU model of the kernel's tile loop against dense attention, on every query tile of short sequences
+    and on sampled ones of long sequences.
+
+    Exits 0 when the check passes, 1 when it does not.
+    """
+    from . import explain, trial
+
+    program = read_mask(mask)
+    consts, runtime = split_params(program, params)
+    sequences, origin = explain.choose_sequences(program, n, runtime)
+    if batch > 1:
+        sequences, origin = sequences * batch, f"{origin}, repeated {batch} times"
+    problem = "--cpu was given" if force_cpu else trial.gpu_problem()
+    if problem is None:
+        result = trial.run_on_gpu(program, consts, sequences, origin, heads=heads, kv_heads=kv_heads or heads,
+                                  head_dim=int(head_dim), dtype=dtype, seed=seed)
+    else:
+        click.echo(f"maskc run: no GPU run ({problem}); checking on the CPU instead", err=True)
+        compiled = compile_program(program, KernelOptions(int(head_dim), dtype), consts)
+        result = trial.run_on_cpu(compiled, sequences, origin, seed=seed)
+    click.echo(json.dumps(result.as_json(), sort_keys=True) if as_json else "\n".join(result.lines()))
+    if not result.passed:
+        raise SystemExit(1)
+
+
+def main() -> None:
+    cli(prog_name="maskc")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,469 @@
+"""What `maskc explain` shows: the IR after each pass, tile statistics for concrete runtime values, and a
+picture of the mask with the tiles the kernel visits.
+
+Everything here scales with the tiles the descriptor visits, never with n^2: visible pairs are counted
+per visited tile (a full tile contributes its whole area, a partial tile is evaluated exactly, in chunks),
+and pictures of long sequences are built at a reduced resolution from the same per-tile counts.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from . import ir
+from .compiler import CompiledMask, compile_program
+from .codegen import KernelOptions
+from .layout import ConcreteLayout, SequenceValues
+from .plan import Descriptor
+from .reference import dense_mask, visible
+
+EXACT_PICTURE_MAX_N = 4096  # up to here the picture is the exact boolean mask, one pixel per pair
+PICTURE_MAX_PIXELS = 2048  # beyond it, each pixel shows the visible fraction of a square of pairs
+DUMP_MASK_MAX_N = 16384  # an n x n boolean array: 256 MiB at this size
+PAIRS_PER_CHUNK = 1 << 20  # partial tiles are evaluated this many pairs at a time
+
+FULL_COLOUR = "#2ca02c"
+PARTIAL_COLOUR = "#ff7f0e"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The IR after each pass
+# ---------------------------------------------------------------------------------------------------
+
+
+def show_param(p: ir.ParamDecl, consts: dict[str, object]) -> str:
+    def literal(value) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, tuple):
+            return "[" + ", ".join(literal(v) for v in value) + "]"
+        return str(value)
+
+    if p.const:
+        return f"const {p.name}: {p.type} = {literal(consts[p.name])}"
+    default = "" if p.default is None else f" = {literal(p.default)}"
+    return f"{p.name}: {p.type}{default}"
+
+
+def show_segment(seg: ir.Segment) -> str:
+    if seg.kind == "family":
+        return f"{seg.name}[i < {ir.show(seg.count)}] = {ir.show(seg.length)}"
+    if seg.kind == "grid":
+        return f"{seg.name} = grid({', '.join(ir.show(d) for d in seg.dims)})"
+    return f"{seg.name} = {ir.show(seg.length)}"
+
+
+def show_region(index: int, region: ir.Region) -> str:
+    sides = f"[{index}] {'|'.join(region.q.segments)} -> {'|'.join(region.k.segments)}"
+    return f"{sides} full" if region.pred == ir.TRUE else f"{sides} where {ir.show(region.pred)}"
+
+
+def _region_lines(regions: tuple[ir.Region, ...]) -> list[str]:
+    """One line per region, with the source rule(s) it came from as an aligned comment."""
+    if not regions:
+        return ["    (none: every pair is hidden)"]
+    texts = [show_region(r, region) for r, region in enumerate(regions)]
+    width = min(max(len(t) for t in texts), 60)
+    return [f"    {t:<{width}}  # {region.rule}" if region.rule else f"    {t}" for t, region in zip(texts, regions)]
+
+
+def compile_explained(program: ir.Program, options: KernelOptions = KernelOptions(),
+                      consts: dict[str, object] | None = None) -> tuple[CompiledMask, list[str]]:
+    """Compile, recording the IR after each pass: the full IR as lowered, then for each pass only what
+    it changed (segments, regions, or nothing), so the effect of every pass stands out."""
+    lines: list[str] = []
+    previous: list[ir.Program] = []
+
+    def observe(stage: str, prog: ir.Program) -> None:
+        if not previous:
+            lines.append(f"mask {prog.name}({', '.join(show_param(p, dict(prog.consts)) for p in prog.params)})")
+            lines.append(f"== {stage}")
+            changed_segments = changed_regions = True
+        else:
+            before = previous[-1]
+            changed_segments = prog.segments != before.segments
+            changed_regions = prog.regions != before.regions
+            lines.append(f"== {stage}" + ("" if changed_segments or changed_regions else ": no change"))
+        if changed_segments:
+            lines.append("  segments:")
+            lines.extend(f"    {show_segment(s)}" for s in prog.segments)
+        if changed_regions:
+            lines.append("  regions:")
+            lines.extend(_region_lines(prog.regions))
+        previous.append(prog)
+
+    compiled = compile_program(program, options, consts, observe=observe)
+    return compiled, lines
+
+
+# ---------------------------------------------------------------------------------------------------
+# Runtime values
+# ---------------------------------------------------------------------------------------------------
+
+
+def choose_sequences(program: ir.Program, n: int | None = None,
+                     runtime: dict[str, object] | None = None) -> tuple[list[dict[str, object]], str]:
+    """The sequences to plan for, and where their values came from: `n` if given (one sequence), else
+    the mask's `batch:` section, else its defaults. `runtime` values override those of every sequence."""
+    runtime = dict(runtime or {})
+    overrides = ", with --param values" if runtime else ""
+    if n is not None:
+        return [{**runtime, "n": n}], f"n from --n{overrides}"
+    if program.batch:
+        return [{**dict(line), **runtime} for line in program.batch], f"the mask's default batch{overrides}"
+    return [runtime], f"the mask's defaults{overrides}"
+
+
+def _literal(value) -> str:
+    if isinstance(value, (bool, np.bool_)):
+        return "true" if value else "false"
+    return str(int(value))
+
+
+def describe_values(layout: ConcreteLayout, values: SequenceValues) -> str:
+    """`n = 4350, prompt = 1299, responses = [838, 320, 517, 376]`: long lists shortened, tables sized."""
+    shown = [f"n = {layout.n}"]
+    shown += [f"{name} = {_literal(v)}" for name, v in values.scalars.items()]
+    for name, a in values.arrays.items():
+        if a.ndim == 2:
+            shown.append(f"{name} = a {a.shape[0]} x {a.shape[1]} table")
+        elif len(a) <= 12:
+            shown.append(f"{name} = [{', '.join(_literal(x) for x in a)}]")
+        else:
+            head = ", ".join(_literal(x) for x in a[:8])
+            shown.append(f"{name} = [{head}, ... {_literal(a[-1])}] ({len(a)} values)")
+    return ", ".join(shown)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Visited tiles and exact counts
+# ---------------------------------------------------------------------------------------------------
+
+
+def tile_tokens(desc: Descriptor, side: str, seq, tiles) -> np.ndarray:
+    """The token in every slot of the given tiles, `[len(tiles), slots]`, -1 where a slot holds none.
+    Everything here goes through this: a tile is a set of tokens (a 2D tile of a grid is not a range)."""
+    return desc.tokens(side, np.asarray(seq, dtype=np.int64), np.asarray(tiles, dtype=np.int64))
+
+
+def _slots_used(desc: Descriptor, side: str, seq: np.ndarray, tiles: np.ndarray) -> np.ndarray:
+    """How many slots of each tile hold a token, computed once per distinct (sequence, tile)."""
+    if len(seq) == 0:
+        return np.zeros(0, dtype=np.int64)
+    pairs, inverse = np.unique(np.stack([seq, tiles], axis=1), axis=0, return_inverse=True)
+    used = (tile_tokens(desc, side, pairs[:, 0], pairs[:, 1]) >= 0).sum(axis=1)
+    return used[inverse.reshape(-1)]
+
+
+@dataclass
+class VisitedTiles:
+    """The descriptor flattened: one entry per visited (q tile, k tile), in descriptor order."""
+
+    seq: np.ndarray  # int64
+    qtile: np.ndarray  # int64
+    ktile: np.ndarray  # int64
+    full: np.ndarray  # bool: no mask code runs there
+    area: np.ndarray  # int64: (q, k) pairs of real tokens in the tile
+
+    @staticmethod
+    def of(desc: Descriptor) -> "VisitedTiles":
+        per_item = np.diff(desc.row_ptr.astype(np.int64))
+        seq = np.repeat(desc.work_seq.astype(np.int64), per_item)
+        qtile = np.repeat(desc.work_qtile.astype(np.int64), per_item)
+        ktile = desc.k_tile.astype(np.int64)
+        area = _slots_used(desc, "q", seq, qtile) * _slots_used(desc, "k", seq, ktile)
+        return VisitedTiles(seq, qtile, ktile, desc.kind == 0, area)
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+
+def _chunks(entries: np.ndarray, pairs_per_entry: int):
+    step = max(1, PAIRS_PER_CHUNK // max(pairs_per_entry, 1))
+    for start in range(0, len(entries), step):
+        yield entries[start:start + step]
+
+
+PartialChunk = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
+
+
+def visible_per_tile(program: ir.Program, desc: Descriptor, layouts: list[ConcreteLayout],
+                     values: list[SequenceValues], tiles: VisitedTiles,
+                     on_partial: PartialChunk | None = None) -> np.ndarray:
+    """Exact visible pairs of every visited tile. A full tile is visible over its whole area (that is
+    what FULL means to the kernel); a partial tile is evaluated with the brute-force definition
+    (`reference.visible`), a chunk of tiles at a time. `on_partial(entries, q_tokens, k_tokens, vis)`
+    sees each evaluated chunk (vis is `[len(entries), q slots, k slots]`)."""
+    counts = np.where(tiles.full, tiles.area, 0)
+    partial = ~tiles.full
+    for b in np.unique(tiles.seq[partial]):
+        entries = np.nonzero((tiles.seq == b) & partial)[0]
+        for chunk in _chunks(entries, desc.config.block_q * desc.config.block_k):
+            q = tile_tokens(desc, "q", tiles.seq[chunk], tiles.qtile[chunk])
+            k = tile_tokens(desc, "k", tiles.seq[chunk], tiles.ktile[chunk])
+            vis = visible(program, layouts[b], values[b], q[:, :, None], k[:, None, :])  # False at -1
+            counts[chunk] = vis.sum(axis=(1, 2))
+            if on_partial is not None:
+                on_partial(chunk, q, k, vis)
+    return counts
+
+
+@dataclass
+class TileReport:
+    mask: str
+    origin: str  # where the runtime values came from
+    described: list[str]  # the values of each sequence
+    block_q: int
+    block_k: int
+    pairs: int
+    visible_pairs: int
+    visited_pairs: int
+    tiles_total: int
+    tiles_full: int
+    tiles_partial: int
+    partial_in_fact_full: int
+    partial_in_fact_empty: int
+    tiles_refined: int
+    tiles_conservative: int
+    descriptor_bytes: int
+    plan_seconds: float
+
+    @property
+    def tiles_empty(self) -> int:
+        return self.tiles_total - self.tiles_full - self.tiles_partial
+
+    @property
+    def visible_fraction(self) -> float:
+        return self.visible_pairs / self.pairs if self.pairs else 0.0
+
+    @property
+    def tile_density(self) -> float:
+        return self.visible_pairs / self.visited_pairs if self.visited_pairs else 0.0
+
+    def lines(self) -> list[str]:
+        def share(part: int, whole: int) -> str:
+            return f"{100 * part / whole:.2f}%" if whole else "-"
+
+        sequences = len(self.described)
+        out = [f"tile statistics, values: {self.origin} ({sequences} sequence{'s' * (sequences != 1)}, "
+               f"tiles of {self.block_q} queries x {self.block_k} keys)"]
+        shown = self.described if sequences <= 10 else self.described[:8]
+        out += [f"  sequence {b}: {text}" for b, text in enumerate(shown)]
+        if len(shown) < sequences:
+            out.append(f"  ... and {sequences - len(shown)} more")
+        visited = self.tiles_full + self.tiles_partial
+        out += [
+            f"  visible pairs      {self.visible_pairs:,} of {self.pairs:,} (exact count) = "
+            f"{100 * self.visible_fraction:.4f}%",
+            f"  tiles              {self.tiles_total:,}: {self.tiles_empty:,} empty ({share(self.tiles_empty, self.tiles_total)}), "
+            f"{self.tiles_full:,} full ({share(self.tiles_full, self.tiles_total)}), "
+            f"{self.tiles_partial:,} partial ({share(self.tiles_partial, self.tiles_total)})",
+            f"  tile density       {self.tile_density:.4f} (visible pairs / the {self.visited_pairs:,} pairs "
+            f"of the {visited:,} visited tiles)",
+            f"  planner            {self.tiles_refined:,} tiles refined by exact evaluation, "
+            f"{self.tiles_conservative:,} left partial past the refinement budget",
+            f"  partial tiles      {self.partial_in_fact_full:,} are in fact full, {self.partial_in_fact_empty:,} "
+            f"in fact empty (work a sharper planner would save)",
+            f"  descriptor         {self.descriptor_bytes:,} bytes, planned in {1e3 * self.plan_seconds:.2f} ms",
+        ]
+        return out
+
+
+def tile_report(compiled: CompiledMask, desc: Descriptor, layouts: list[ConcreteLayout],
+                values: list[SequenceValues], origin: str, counts: np.ndarray, tiles: VisitedTiles) -> TileReport:
+    partial = ~tiles.full
+    stats = desc.stats
+    return TileReport(
+        mask=compiled.program.name,
+        origin=origin,
+        described=[describe_values(lay, val) for lay, val in zip(layouts, values)],
+        block_q=desc.config.block_q,
+        block_k=desc.config.block_k,
+        pairs=sum(lay.n * lay.n for lay in layouts),
+        visible_pairs=int(counts.sum()),
+        visited_pairs=int(tiles.area.sum()),
+        tiles_total=stats.tiles_total,
+        tiles_full=stats.tiles_full,
+        tiles_partial=stats.tiles_partial,
+        partial_in_fact_full=int((partial & (counts == tiles.area)).sum()),
+        partial_in_fact_empty=int((partial & (counts == 0)).sum()),
+        tiles_refined=stats.tiles_refined,
+        tiles_conservative=stats.tiles_conservative,
+        descriptor_bytes=desc.nbytes,
+        plan_seconds=stats.seconds,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Pictures
+# ---------------------------------------------------------------------------------------------------
+
+
+def picture_scale(n: int) -> int:
+    """Pairs per pixel side: 1 (the exact mask) up to EXACT_PICTURE_MAX_N, else the smallest power of
+    two that keeps the picture within PICTURE_MAX_PIXELS."""
+    if n <= EXACT_PICTURE_MAX_N:
+        return 1
+    scale = 1
+    while -(-n // scale) > PICTURE_MAX_PIXELS:
+        scale *= 2
+    return scale
+
+
+def _pixels_per_tile(tokens: np.ndarray, scale: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For tiles given by their slot tokens: (tile, pixel, tokens of the tile in that pixel), sorted by tile."""
+    tile = np.broadcast_to(np.arange(len(tokens), dtype=np.int64)[:, None], tokens.shape)
+    real = tokens >= 0
+    pixel = tokens[real] // scale
+    span = int(pixel.max(initial=0)) + 1
+    keys, counts = np.unique(tile[real] * span + pixel, return_counts=True)
+    return keys // span, keys % span, counts
+
+
+def tile_pixel_pairs(q_tokens: np.ndarray, k_tokens: np.ndarray, scale: int):
+    """The pixels each tile's pairs fall in. A tile's pairs are all (q, k) of its q tokens x its k tokens,
+    so they cover exactly the pixel rows of its q tokens x the pixel columns of its k tokens; returns
+    (tile, pixel row, pixel column, pairs of the tile in that pixel), one entry per tile and pixel."""
+    q_tile, q_pixel, q_count = _pixels_per_tile(q_tokens, scale)
+    k_tile, k_pixel, k_count = _pixels_per_tile(k_tokens, scale)
+    k_per_tile = np.bincount(k_tile, minlength=len(k_tokens))
+    k_first = np.cumsum(k_per_tile) - k_per_tile
+    repeat = k_per_tile[q_tile]
+    i = np.repeat(np.arange(len(q_tile)), repeat)
+    j = k_first[q_tile[i]] + (np.arange(len(i)) - np.repeat(np.cumsum(repeat) - repeat, repeat))
+    return q_tile[i], q_pixel[i], k_pixel[j], q_count[i] * k_count[j]
+
+
+class MaskPicture:
+    """The picture of one sequence, built from its visited tiles: visible pairs per pixel (a pixel is a
+    `scale` x `scale` square of pairs) and, per pixel, a code for the tiles over it: 0 none, 1 or 2 full,
+    3 or 4 partial (the two shades alternate between neighbouring tiles so that tiles can be told apart;
+    where a pixel holds several tiles, partial wins)."""
+
+    def __init__(self, desc: Descriptor, tiles: VisitedTiles, seq: int, n: int, scale: int):
+        self.desc, self.tiles, self.seq, self.n, self.scale = desc, tiles, seq, n, scale
+        self.size = -(-n // scale)
+        self.visible = np.zeros((self.size, self.size), dtype=np.int64)
+        self.kinds = np.zeros((self.size, self.size), dtype=np.int8)
+        self.mine = np.nonzero(tiles.seq == seq)[0]
+
+    def add_partial(self, entries: np.ndarray, q: np.ndarray, k: np.ndarray, vis: np.ndarray) -> None:
+        """A chunk from `visible_per_tile`: its visible pairs, one by one."""
+        if self.tiles.seq[entries[0]] != self.seq:  # a chunk holds tiles of one sequence
+            return
+        t, i, j = np.nonzero(vis)
+        np.add.at(self.visible, (q[t, i] // self.scale, k[t, j] // self.scale), 1)
+
+    def add_tiles(self, count_full: bool) -> None:
+        """Mark every visited tile's pixels, and count the pairs of full tiles (all visible)."""
+        slots = self.desc.config.block_q * self.desc.config.block_k
+        for chunk in _chunks(self.mine, max(1, slots // 64)):
+            q = tile_tokens(self.desc, "q", self.tiles.seq[chunk], self.tiles.qtile[chunk])
+            k = tile_tokens(self.desc, "k", self.tiles.seq[chunk], self.tiles.ktile[chunk])
+            tile, row, col, pairs = tile_pixel_pairs(q, k, self.scale)
+            entry = chunk[tile]
+            full = self.tiles.full[entry]
+            parity = (self.tiles.qtile[entry] + self.tiles.ktile[entry]) % 2
+            np.maximum.at(self.kinds, (row, col), (np.where(full, 1, 3) + parity).astype(np.int8))
+            if count_full:
+                np.add.at(self.visible, (row[full], col[full]), pairs[full])
+
+    def fraction(self) -> np.ndarray:
+        """Visible fraction of each pixel (pixels at the edge hold fewer pairs)."""
+        side = np.clip(self.n - np.arange(self.size, dtype=np.int64) * self.scale, 0, self.scale)
+        return self.visible / np.maximum(side[:, None] * side[None, :], 1)
+
+
+def render_png(image: np.ndarray, kinds: np.ndarray, n: int, title: str) -> bytes:
+    """The mask (visible = dark) with the visited tiles over it, as PNG bytes. Needs matplotlib."""
+    from matplotlib.colors import to_rgba
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    # Overlay colours by tile code (see MaskPicture): none, full (two shades), partial (two shades).
+    palette = np.zeros((5, 4))
+    for code, (colour, alpha) in {1: (FULL_COLOUR, 0.30), 2: (FULL_COLOUR, 0.45),
+                                  3: (PARTIAL_COLOUR, 0.30), 4: (PARTIAL_COLOUR, 0.45)}.items():
+        palette[code] = to_rgba(colour, alpha)
+    fig = Figure(figsize=(8, 8), dpi=150)
+    ax = fig.add_subplot()
+    ax.imshow(image, cmap="Greys", vmin=0, vmax=1, extent=(0, n, n, 0), interpolation="antialiased")
+    ax.imshow(palette[kinds], extent=(0, n, n, 0), interpolation="nearest")
+    ax.set_xlim(0, n)
+    ax.set_ylim(n, 0)
+    ax.set_xlabel("key position k")
+    ax.set_ylabel("query position q")
+    ax.set_title(title, fontsize=9)
+    ax.legend(handles=[Patch(color=FULL_COLOUR, alpha=0.5, label="full tile"),
+                       Patch(color=PARTIAL_COLOUR, alpha=0.5, label="partial tile")],
+              loc="upper right", fontsize=8)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", metadata={"Software": None})
+    return buffer.getvalue()
+
+
+def mask_picture(program: ir.Program, desc: Descriptor, layouts: list[ConcreteLayout], values: list[SequenceValues],
+                 tiles: VisitedTiles, picture: MaskPicture) -> bytes:
+    """A PNG of sequence 0: for small n the exact mask, computed by brute force independently of the
+    planner (a planner mistake shows as visible pairs outside the tiles); else the visible pairs per
+    pixel gathered while counting the tiles."""
+    n = layouts[0].n
+    exact = picture.scale == 1
+    picture.add_tiles(count_full=not exact)
+    if exact:
+        image = dense_mask(program, layouts[0], values[0]).astype(np.float32)
+    else:
+        fraction = picture.fraction()
+        # A pixel with any visible pair is at least light grey, so sparse structure stays visible.
+        image = np.where(fraction > 0, 0.25 + 0.75 * fraction, 0.0)
+    mine = tiles.seq == 0
+    title = (f"{program.name}: n = {n}, tiles of {desc.config.block_q} x {desc.config.block_k}: "
+             f"{int((mine & tiles.full).sum()):,} full, {int((mine & ~tiles.full).sum()):,} partial")
+    if not exact:
+        title += f"\n(downsampled {picture.scale} x {picture.scale}: darker pixels hold more visible pairs)"
+    return render_png(image, picture.kinds, n, title)
+
+
+def dump_mask(program: ir.Program, layout: ConcreteLayout, values: SequenceValues) -> bytes:
+    """The exact boolean mask of one sequence as `.npy` bytes."""
+    if layout.n > DUMP_MASK_MAX_N:
+        raise ValueError(f"--dump-mask writes an n x n array; n = {layout.n} is more than {DUMP_MASK_MAX_N} "
+                         f"(choose a smaller n with --n or --param)")
+    buffer = io.BytesIO()
+    np.save(buffer, dense_mask(program, layout, values), allow_pickle=False)
+    return buffer.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------------
+# The whole of `maskc explain` after the passes
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Explained:
+    report: TileReport
+    png: bytes | None
+    mask_npy: bytes | None
+
+
+def explain_values(compiled: CompiledMask, sequences: list[dict[str, object]], origin: str,
+                   png: bool = False, dump: bool = False) -> Explained:
+    """Plan for the given runtime values, count exactly, and (on request) draw and dump sequence 0."""
+    desc, layouts, values = compiled.plan(sequences)
+    program = compiled.program
+    first_n = layouts[0].n if layouts else 0
+    if png and first_n == 0:
+        raise ValueError("the first sequence is empty (n = 0): there is nothing to draw")
+    # Refuse a huge --dump-mask before the slow work.
+    mask_npy = dump_mask(program, layouts[0], values[0]) if dump and layouts else None
+    tiles = VisitedTiles.of(desc)
+    picture = MaskPicture(desc, tiles, 0, first_n, picture_scale(first_n)) if png else None
+    gather = picture.add_partial if picture is not None and picture.scale > 1 else None
+    counts = visible_per_tile(program, desc, layouts, values, tiles, gather)
+    report = tile_report(compiled, desc, layouts, values, origin, counts, tiles)
+    image = mask_picture(program, desc, layouts, values, tiles, picture) if picture is not None else None
+    return Explained(report, image, mask_npy)

@@ -1,0 +1,370 @@
+"""What `maskc run` does: run a compiled mask on random inputs and check the result.
+
+With a usable GPU (PyTorch and CuPy, a CUDA device): launch the kernel, compare sampled rows with a float32
+reference, and time it. Without one: build the cubin anyway, check the descriptor against the brute-force
+mask and run the CPU model of the kernel's tile loop (`reference.simulate`) against dense attention.
+Both work at the sizes asked for; when those are large, a sample of query rows (whole query tiles on the
+CPU) is checked against brute force, always including the first and the last.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
+
+from . import ir
+from .compiler import CompiledMask, compile_program
+from .codegen import KernelOptions
+from .explain import VisitedTiles, tile_tokens, visible_per_tile
+from .layout import ConcreteLayout, SequenceValues
+from .plan import Descriptor
+from .reference import attention, simulate, visible
+
+CPU_PAIR_BUDGET = 1 << 25  # (query row, key) pairs checked by brute force on the CPU, over all sequences
+CPU_MAX_TOKENS = 1 << 18  # the CPU model holds q, k and v of every sequence in float32
+CPU_TOLERANCE = 1e-4  # float32 tile loop against float64 attention, inputs ~ N(0, 1)
+GPU_EXACT_ROWS = 1024  # sequences up to this length are checked on every row
+GPU_SAMPLED_ROWS = 256  # longer ones on this many random rows, plus the first and the last
+GPU_WARMUP, GPU_REPEATS = 3, 20
+
+
+def gpu_problem() -> str | None:
+    """Why the GPU path cannot run here, or None when it can."""
+    try:
+        import torch
+    except ImportError:
+        return "PyTorch is not installed"
+    try:
+        import cupy
+    except ImportError:
+        return "CuPy is not installed (pip install 'maskc[gpu]')"
+    if not torch.cuda.is_available():
+        return "PyTorch sees no CUDA GPU"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "CuPy sees no CUDA GPU"
+    except Exception as exc:  # a driver problem shows up here, whatever its type
+        return f"CuPy cannot use the GPU ({exc})"
+    return None
+
+
+def _describe_sizes(lengths: list[int], origin: str) -> str:
+    if len(lengths) == 1:
+        return f"1 sequence of {lengths[0]:,} tokens ({origin})"
+    return f"{len(lengths)} sequences, {sum(lengths):,} tokens ({origin})"
+
+
+def _max_abs(a: np.ndarray, b: np.ndarray) -> float:
+    """max |a - b|, where equal infinities (LSE = -inf of empty rows) count as no difference."""
+    if a.size == 0:
+        return 0.0
+    with np.errstate(invalid="ignore"):
+        diff = np.where(a == b, 0.0, np.abs(a.astype(np.float64) - b.astype(np.float64)))
+    diff[np.isnan(diff)] = np.inf  # a NaN is as wrong as it gets
+    return float(diff.max())
+
+
+# ---------------------------------------------------------------------------------------------------
+# Without a GPU
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CpuCheck:
+    mask: str
+    sizes: str
+    arch: str
+    cubin_bytes: int
+    head_dim: int
+    rows_checked: int
+    rows_total: int
+    query_tiles_checked: int
+    query_tiles_total: int
+    seed: int
+    descriptor_problems: list[str] = field(default_factory=list)
+    max_error: float = 0.0
+    lse_error: float = 0.0
+    tolerance: float = CPU_TOLERANCE
+
+    @property
+    def passed(self) -> bool:
+        return not self.descriptor_problems and self.max_error <= self.tolerance and self.lse_error <= self.tolerance
+
+    def lines(self) -> list[str]:
+        everything = self.rows_checked == self.rows_total
+        which = ("every query row" if everything else
+                 f"{self.rows_checked:,} of {self.rows_total:,} query rows ({self.query_tiles_checked} of "
+                 f"{self.query_tiles_total} query tiles: the first and last of each sequence, those where "
+                 f"segments begin, others at random with seed {self.seed})")
+        verdict = "exact" if not self.descriptor_problems else f"{len(self.descriptor_problems)} problem(s)"
+        out = [
+            f"{self.mask}: {self.sizes}",
+            f"  kernel       built for {self.arch}: {self.cubin_bytes:,} bytes of cubin",
+            f"  checked      {which}",
+            f"  descriptor   {verdict} against the brute-force mask",
+        ]
+        out += [f"    {p}" for p in self.descriptor_problems[:10]]
+        out.append(f"  tile loop    max |O - O_ref| = {self.max_error:.2e}, max |LSE - LSE_ref| = {self.lse_error:.2e} "
+                   f"(float32 CPU model of the kernel vs float64 attention, head dim {self.head_dim}, "
+                   f"tolerance {self.tolerance:.0e})")
+        out.append("passed" if self.passed else "FAILED")
+        return out
+
+    def as_json(self) -> dict:
+        return {"device": "cpu", **asdict(self), "passed": self.passed}
+
+
+def sample_work(desc: Descriptor, layouts: list[ConcreteLayout], budget: int,
+                rng: np.random.Generator) -> list[np.ndarray]:
+    """Per sequence, the work items (query tiles) to check: all of them when the budget allows; else as
+    many as the sequence's share of the budget pays for (at least 4): first the first and the last tile
+    and the tiles holding a segment's first token (where masks change shape), then random others."""
+    per_seq = [np.nonzero(desc.work_seq == b)[0] for b in range(len(layouts))]
+    if sum(lay.n * lay.n for lay in layouts) <= budget:
+        return per_seq
+    share = budget // max(len(layouts), 1)
+    chosen = []
+    for b, (lay, works) in enumerate(zip(layouts, per_seq)):
+        count = min(len(works), max(4, share // max(desc.config.block_q * lay.n, 1)))
+        by_tile = works[np.argsort(desc.work_qtile[works], kind="stable")]
+        tokens = tile_tokens(desc, "q", np.full(len(works), b), desc.work_qtile[works])
+        starts = lay.starts[(lay.starts > 0) & (lay.starts < lay.n)]
+        boundaries = works[np.isin(tokens, starts).any(axis=1)]
+        picked: list[int] = []
+        for group in (by_tile[:1], by_tile[-1:], rng.permutation(boundaries), rng.permutation(works)):
+            for w in group:
+                if len(picked) < count and int(w) not in picked:
+                    picked.append(int(w))
+        chosen.append(np.array(sorted(picked), dtype=np.int64))
+    return chosen
+
+
+def _descriptor_problems(desc: Descriptor, work: int, n: int, truth: np.ndarray) -> list[str]:
+    """The descriptor's list for one query tile against the true mask of its rows: no visible pair may
+    lie in a skipped key tile, no hidden pair in a FULL one, and no key may be listed twice."""
+    seq, qtile = int(desc.work_seq[work]), int(desc.work_qtile[work])
+    lo, hi = desc.row_ptr[work], desc.row_ptr[work + 1]
+    k_tiles, kinds = desc.k_tile[lo:hi].astype(np.int64), desc.kind[lo:hi]
+    where = f"sequence {seq}, query tile {qtile}"
+    tokens = tile_tokens(desc, "k", np.full(len(k_tiles), seq), k_tiles)
+    kind_of = np.broadcast_to(np.where(kinds == 0, 1, 2)[:, None], tokens.shape)
+    real = tokens >= 0
+    per_key = np.zeros(n, dtype=np.int8)  # 0 skipped, 1 in a full tile, 2 in a partial tile
+    per_key[tokens[real]] = kind_of[real]
+    problems = []
+    if len(np.unique(tokens[real])) != int(real.sum()):
+        problems.append(f"{where}: a key is listed in two tiles")
+    missed = int((truth & (per_key == 0)[None, :]).sum())
+    hidden = int((~truth & (per_key == 1)[None, :]).sum())
+    if missed:
+        problems.append(f"{where}: {missed} visible pairs lie in key tiles the descriptor skips")
+    if hidden:
+        problems.append(f"{where}: {hidden} hidden pairs lie in key tiles marked full")
+    return problems
+
+
+def run_on_cpu(compiled: CompiledMask, sequences: list[dict[str, object]], origin: str, seed: int = 0,
+               budget: int = CPU_PAIR_BUDGET) -> CpuCheck:
+    program, options = compiled.program, compiled.options
+    desc, layouts, values = compiled.plan(sequences)
+    lengths = [lay.n for lay in layouts]
+    if sum(lengths) > CPU_MAX_TOKENS:
+        raise ValueError(f"{sum(lengths):,} tokens are too many for the CPU check (at most {CPU_MAX_TOKENS:,}); "
+                         "give a smaller --n or --batch")
+    cubin = compiled.build("cubin").path  # the kernel cannot run here, but it must build
+    rng = np.random.default_rng(seed)
+    chosen = sample_work(desc, layouts, budget, rng)
+    # The rows (query tokens) of each chosen work item, and their true mask over every key.
+    rows = {int(w): _real(tile_tokens(desc, "q", desc.work_seq[[w]], desc.work_qtile[[w]])[0])
+            for works in chosen for w in works}
+    check = CpuCheck(
+        mask=program.name, sizes=_describe_sizes(lengths, origin), arch=options.arch,
+        cubin_bytes=cubin.stat().st_size, head_dim=options.head_dim,
+        rows_checked=sum(len(r) for r in rows.values()), rows_total=sum(lengths),
+        query_tiles_checked=len(rows), query_tiles_total=len(desc.work_seq), seed=seed,
+    )
+    scale = 1.0 / math.sqrt(options.head_dim)
+    qs, ks, vs = ([rng.standard_normal((n, options.head_dim), dtype=np.float32) for n in lengths] for _ in range(3))
+    all_chosen = np.concatenate(chosen) if chosen else np.zeros(0, np.int64)
+    outs, lses = simulate(program, _only(desc, all_chosen), layouts, values, qs, ks, vs, scale)
+    for b, (lay, val, works) in enumerate(zip(layouts, values, chosen)):
+        seq_rows = np.concatenate([rows[int(w)] for w in works]) if len(works) else np.zeros(0, np.int64)
+        if len(seq_rows) == 0:
+            continue
+        truth = visible(program, lay, val, seq_rows[:, None], np.arange(lay.n)[None, :])
+        start = 0
+        for w in works:
+            count = len(rows[int(w)])
+            check.descriptor_problems += _descriptor_problems(desc, int(w), lay.n, truth[start:start + count])
+            start += count
+        o_ref, lse_ref = attention(qs[b][seq_rows], ks[b], vs[b], truth, scale)
+        check.max_error = max(check.max_error, _max_abs(outs[b][seq_rows], o_ref))
+        check.lse_error = max(check.lse_error, _max_abs(lses[b][seq_rows], lse_ref))
+    return check
+
+
+def _real(tokens: np.ndarray) -> np.ndarray:
+    return tokens[tokens >= 0].astype(np.int64)
+
+
+def _only(desc: Descriptor, works: np.ndarray) -> Descriptor:
+    """The descriptor restricted to some work items (everything else about the batch unchanged)."""
+    works = np.asarray(works, dtype=np.int64)
+    starts, ends = desc.row_ptr[works].astype(np.int64), desc.row_ptr[works + 1].astype(np.int64)
+    entries = np.concatenate([np.arange(s, e) for s, e in zip(starts, ends)]) if len(works) else np.zeros(0, np.int64)
+    return replace(
+        desc,
+        work_seq=desc.work_seq[works],
+        work_qtile=desc.work_qtile[works],
+        row_ptr=np.concatenate([[0], np.cumsum(ends - starts)]).astype(desc.row_ptr.dtype),
+        k_tile=desc.k_tile[entries],
+        kind=desc.kind[entries],
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# On a GPU (cannot be tested without one: kept short, built on maskc's own runtime)
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GpuRun:
+    mask: str
+    device: str
+    arch: str
+    sizes: str
+    heads: int
+    kv_heads: int
+    head_dim: int
+    dtype: str
+    rows_checked: int
+    max_error: float
+    error_bound: float
+    lse_error: float
+    nan: bool
+    empty_rows_ok: bool
+    milliseconds: float
+    visible_pairs: int
+    tflops: float
+
+    @property
+    def passed(self) -> bool:
+        return (not self.nan and self.empty_rows_ok and self.max_error <= self.error_bound
+                and self.lse_error <= 1e-3)
+
+    def lines(self) -> list[str]:
+        return [
+            f"{self.mask} on {self.device} ({self.arch}): {self.sizes}, {self.heads} heads ({self.kv_heads} kv heads), "
+            f"head dim {self.head_dim}, {self.dtype}",
+            f"  error    max |O - O_ref| = {self.max_error:.2e} (bound {self.error_bound:.2e}: twice the error of "
+            f"PyTorch in {self.dtype}), max |LSE - LSE_ref| = {self.lse_error:.2e} (bound 1e-03), "
+            f"on {self.rows_checked:,} query rows against float32",
+            *(["  NaN in the output"] if self.nan else []),
+            *([] if self.empty_rows_ok else ["  rows that see no key are not 0 with LSE = -inf"]),
+            f"  time     {self.milliseconds:.3f} ms (median of {GPU_REPEATS} launches), "
+            f"{self.tflops:.1f} TFLOP/s effective ({self.visible_pairs:,} visible pairs)",
+            "passed" if self.passed else "FAILED",
+        ]
+
+    def as_json(self) -> dict:
+        return {**asdict(self), "passed": self.passed}
+
+
+def run_on_gpu(program: ir.Program, consts: dict[str, object], sequences: list[dict[str, object]], origin: str, *,
+               heads: int, kv_heads: int, head_dim: int, dtype: str, seed: int) -> GpuRun:
+    import torch
+
+    from .runtime import Attention, current_arch
+
+    if kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"--heads ({heads}) must be a multiple of --kv-heads ({kv_heads})")
+    compiled = compile_program(program, KernelOptions(head_dim, dtype, current_arch()), consts)
+    attn = Attention(compiled)
+    values, layouts = compiled.bind(sequences)
+    lengths = [lay.n for lay in layouts]
+    # Every runtime value as one value per sequence, exactly as bound above.
+    params = {p.name: [val.arrays[p.name].tolist() if p.type.depth else val.scalars[p.name] for val in values]
+              for p in program.runtime_params}
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    total = sum(lengths)
+    q = torch.randn(total, heads, head_dim, device="cuda", dtype=torch_dtype, generator=gen)
+    k = torch.randn(total, kv_heads, head_dim, device="cuda", dtype=torch_dtype, generator=gen)
+    v = torch.randn(total, kv_heads, head_dim, device="cuda", dtype=torch_dtype, generator=gen)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    cu_seqlens = torch.tensor(offsets, dtype=torch.int32)  # on the host: no copy back per launch
+    out = torch.full_like(q, float("nan"))  # poisoned: every element must be written
+    lse = torch.full((heads, total), float("nan"), device="cuda")
+
+    def launch():
+        attn(q, k, v, cu_seqlens=cu_seqlens, out=out, lse=lse, return_lse=True, **params)
+
+    launch()
+    torch.cuda.synchronize()
+    errors = _gpu_errors(program, layouts, values, offsets, q, k, v, out, lse, 1.0 / math.sqrt(head_dim), seed)
+
+    for _ in range(GPU_WARMUP):
+        launch()
+    times = []
+    for _ in range(GPU_REPEATS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        launch()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    ms = statistics.median(times)
+    desc, _, _ = compiled.tables(sequences, offsets[:-1])
+    visible_pairs = int(visible_per_tile(program, desc, layouts, values, VisitedTiles.of(desc)).sum())
+    return GpuRun(
+        mask=program.name, device=torch.cuda.get_device_name(), arch=compiled.options.arch,
+        sizes=_describe_sizes(lengths, origin), heads=heads, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype,
+        **errors, milliseconds=ms, visible_pairs=visible_pairs,
+        tflops=4 * visible_pairs * head_dim * heads / (ms * 1e-3) / 1e12 if ms > 0 else 0.0,
+    )
+
+
+def _gpu_errors(program, layouts: list[ConcreteLayout], values: list[SequenceValues], offsets: np.ndarray,
+                q, k, v, out, lse, scale: float, seed: int) -> dict:
+    """Sampled rows of every sequence against float32 attention, one head at a time (bounded memory);
+    the bound is FlashAttention's: twice the error of the same attention done by PyTorch in the input
+    precision, plus 1e-5."""
+    import torch
+
+    rng = np.random.default_rng(seed)
+    heads, group = q.shape[1], q.shape[1] // k.shape[1]
+    max_error = low_error = lse_error = 0.0
+    empty_ok, rows_checked = True, 0
+    for b, (lay, val) in enumerate(zip(layouts, values)):
+        n = lay.n
+        if n == 0:
+            continue
+        if n <= GPU_EXACT_ROWS:
+            rows = np.arange(n)
+        else:
+            rows = np.unique(np.concatenate([[0, n - 1], rng.choice(n, GPU_SAMPLED_ROWS, replace=False)]))
+        rows_checked += len(rows)
+        mask = torch.from_numpy(visible(program, lay, val, rows[:, None], np.arange(n)[None, :])).cuda()
+        empty = ~mask.any(dim=1)
+        token = torch.from_numpy(offsets[b] + rows).cuda()
+        keys = slice(int(offsets[b]), int(offsets[b] + n))
+        for h in range(heads):
+            qh, kh, vh = q[token, h], k[keys, h // group], v[keys, h // group]
+            s = (qh.float() @ kh.float().T * scale).masked_fill(~mask, float("-inf"))
+            o_ref = torch.softmax(s, dim=-1).nan_to_num(0.0) @ vh.float()
+            s_low = ((qh @ kh.T).float() * scale).masked_fill(~mask, float("-inf"))
+            o_low = torch.softmax(s_low, dim=-1).nan_to_num(0.0).to(qh.dtype) @ vh
+            o = out[token, h].float()
+            l_out = lse[h, token]
+            max_error = max(max_error, (o - o_ref).abs().max().item())
+            low_error = max(low_error, (o_low.float() - o_ref).abs().max().item())
+            if (~empty).any():
+                l_ref = torch.logsumexp(s[~empty], dim=-1)
+                lse_error = max(lse_error, (l_out[~empty] - l_ref).abs().max().item())
+            if empty.any():
+                empty_ok &= bool((o[empty] == 0).all() and torch.isneginf(l_out[empty]).all())
+    return dict(rows_checked=rows_checked, max_error=max_error, error_bound=2 * low_error + 1e-5,
+                lse_error=lse_error, nan=bool(torch.isnan(out).any()), empty_rows_ok=empty_ok)

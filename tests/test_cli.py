@@ -1,0 +1,556 @@
+"""The `maskc` command line through click's CliRunner: every command on examples, key lines of the output,
+exit codes 0 / 1 / 2 / 3, stdin and stdout, atomic and deterministic output, pictures and mask dumps."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from small_configs import SMALL
+
+import maskc
+from maskc import cli
+from maskc.build import BuildError
+from maskc.codegen import KernelOptions
+from maskc.compiler import compile_file
+from maskc.explain import choose_sequences
+from maskc.reference import dense_mask
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+BAD_MASK = """mask bad(n: int = 100)
+segments:
+    S = n
+rules:
+    S -> S   where q < nope
+"""
+
+
+def example(name: str) -> str:
+    return str(EXAMPLES / f"{name}.mask")
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("maskc-cache")
+
+
+@pytest.fixture
+def run(cache_dir):
+    """Invoke `maskc ARGS...`, with a private build cache; stdout and stderr stay apart."""
+
+    def invoke(*args, input=None, env=None):
+        runner = CliRunner(env={"MASKC_CACHE_DIR": str(cache_dir), "MASKC_DEBUG": None, **(env or {})})
+        return runner.invoke(cli.cli, [str(a) for a in args], input=input, prog_name="maskc")
+
+    return invoke
+
+
+def as_cli(value) -> str:
+    """A parameter value as `--param` takes it."""
+    return json.dumps(np.asarray(value).tolist()) if isinstance(value, (list, tuple, np.ndarray)) else (
+        str(value).lower() if isinstance(value, bool) else str(value))
+
+
+def small_args(name: str) -> list[str]:
+    """`--n` and `--param`s for the first sequence of the example's small configuration."""
+    consts, sequences = SMALL[name]
+    args = []
+    for key, value in {**consts, **sequences[0]}.items():
+        args += ["--n", str(value)] if key == "n" else ["--param", f"{key}={as_cli(value)}"]
+    return args
+
+
+def small_mask(name: str) -> np.ndarray:
+    """The exact mask of the small configuration's first sequence, by brute force."""
+    consts, sequences = SMALL[name]
+    compiled = compile_file(example(name), KernelOptions(), consts)
+    values, layouts = compiled.bind(sequences[:1])
+    return dense_mask(compiled.program, layouts[0], values[0])
+
+
+def small_masks(name: str) -> list[np.ndarray]:
+    """The exact masks of the sequences that `small_args` gives: one, or a batch: section's with the
+    small configuration's values in every line."""
+    consts, sequences = SMALL[name]
+    compiled = compile_file(example(name), KernelOptions(), consts)
+    runtime = {k: v for k, v in sequences[0].items() if k != "n"}
+    chosen, _ = choose_sequences(compiled.program, sequences[0].get("n"), runtime)
+    values, layouts = compiled.bind(chosen)
+    return [dense_mask(compiled.program, lay, val) for lay, val in zip(layouts, values)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# The command itself
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_help_lists_every_command_with_a_description(run):
+    result = run("--help")
+    assert result.exit_code == 0
+    for command in ("compile", "check", "explain", "run"):
+        assert re.search(rf"^  {command}\s+\S", result.stdout, re.M), command
+
+
+def test_version(run):
+    result = run("--version")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"maskc, version {maskc.__version__}"
+
+
+def test_entry_point_is_main():
+    assert callable(cli.main)
+
+
+@pytest.mark.parametrize("args", [["frobnicate"], ["compile", "--bogus", example("causal")], ["compile"],
+                                  ["compile", example("causal"), "--arch", "sm_70"],
+                                  ["compile", example("causal"), "--head-dim", "96"]])
+def test_misuse_exits_2_with_usage(run, args):
+    result = run(*args)
+    assert result.exit_code == 2
+    assert "Usage: maskc" in result.stderr
+
+
+def test_missing_file_exits_2(run, tmp_path):
+    result = run("check", tmp_path / "nowhere.mask")
+    assert result.exit_code == 2
+    assert "does not exist" in result.stderr
+
+
+# ---------------------------------------------------------------------------------------------------
+# --param
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, value", [
+    ("12", 12), ("-3", -3), ("32_768", 32768), ("true", True), ("false", False), ("[]", []),
+    ("[1, 2, 3]", [1, 2, 3]), ("[[true,false],[false,true]]", [[True, False], [False, True]]),
+    (" [ 1_000 , -2 ] ", [1000, -2]),
+])
+def test_param_values(text, value):
+    assert cli.parse_value(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "1.5", "abc", "True", "[1,", "[1, 2.5]", '["a"]', "{}", "1e3", "0x10"])
+def test_bad_param_values(text):
+    with pytest.raises(ValueError):
+        cli.parse_value(text)
+
+
+@pytest.mark.parametrize("param", ["targets", "targets=1.5", "=3", "targets=abc", "1x=2", "responses=[1,"])
+def test_bad_param_syntax_is_a_usage_error(run, param):
+    result = run("explain", example("hstu"), "--param", param)
+    assert result.exit_code == 2
+    assert "Usage: maskc explain" in result.stderr and "--param" in result.stderr
+
+
+def test_unknown_or_repeated_param_is_a_usage_error(run):
+    result = run("explain", example("hstu"), "--param", "nope=1")
+    assert result.exit_code == 2
+    assert "mask hstu has no parameter 'nope'" in result.stderr and "targets" in result.stderr
+    result = run("explain", example("hstu"), "--param", "targets=1", "--param", "targets=2")
+    assert result.exit_code == 2 and "given twice" in result.stderr
+
+
+# ---------------------------------------------------------------------------------------------------
+# compile
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["hstu", "document", "clear_text", "tree", "rm_shared"])
+def test_compile_writes_the_generated_source(run, tmp_path, name):
+    out = tmp_path / "out.cu"
+    result = run("compile", example(name), "-o", out, "--head-dim", "64", "--dtype", "fp16", "--arch", "sm_80")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "" and result.stderr == ""
+    text = out.read_text()
+    assert text.startswith(f"// Generated by maskc {maskc.__version__} from {example(name)}")
+    assert f"maskc_{name}_fwd_hd64_fp16" in text and 'extern "C"' in text
+    expected = compile_file(example(name), KernelOptions(64, "fp16", "sm_80")).source
+    assert text == expected
+
+
+def test_compile_default_output_is_beside_the_cwd_like_a_c_compiler(run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert run("compile", example("hstu")).exit_code == 0
+    assert run("compile", example("hstu"), "--emit", "ptx").exit_code == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hstu.cu", "hstu.ptx"]
+
+
+def test_compile_is_deterministic(run, tmp_path):
+    for name in ("a.cu", "b.cu"):
+        assert run("compile", example("clear_text"), "-o", tmp_path / name).exit_code == 0
+    assert (tmp_path / "a.cu").read_bytes() == (tmp_path / "b.cu").read_bytes()
+
+
+def test_compile_to_stdout(run):
+    result = run("compile", example("causal"), "-o", "-")
+    assert result.exit_code == 0
+    assert result.stdout == compile_file(example("causal")).source
+
+
+def test_compile_from_stdin(run, tmp_path):
+    text = (EXAMPLES / "sliding_window.mask").read_text()
+    result = run("compile", "-", "-o", "-", input=text)
+    assert result.exit_code == 0
+    assert result.stdout.startswith(f"// Generated by maskc {maskc.__version__} from <stdin>")
+    result = run("compile", "-", input=text)
+    assert result.exit_code == 2 and "-o" in result.stderr
+
+
+def test_compile_cubin_is_an_elf_file(run, tmp_path):
+    out = tmp_path / "hstu.cubin"
+    result = run("compile", example("hstu"), "--emit", "cubin", "-o", out)
+    assert result.exit_code == 0, result.stderr
+    assert out.read_bytes()[:4] == b"\x7fELF"
+
+
+def test_compile_ptx_names_its_target(run):
+    result = run("compile", example("causal"), "--emit", "ptx", "--arch", "sm_80", "-o", "-")
+    assert result.exit_code == 0
+    assert re.search(r"^\.target sm_80", result.stdout, re.M)
+
+
+def test_cubin_to_stdout_goes_to_a_pipe_but_not_to_a_terminal(run, monkeypatch):
+    result = run("compile", example("causal"), "--emit", "cubin", "-o", "-")
+    assert result.exit_code == 0 and result.stdout_bytes[:4] == b"\x7fELF"
+    monkeypatch.setattr(cli, "stdout_is_terminal", lambda: True)
+    result = run("compile", example("causal"), "--emit", "cubin", "-o", "-")
+    assert result.exit_code == 2
+    assert "binary" in result.stderr and result.stdout_bytes == b""
+
+
+def test_compile_bakes_in_const_params(run):
+    default = run("compile", example("clear"), "-o", "-").stdout
+    small = run("compile", example("clear"), "-o", "-", "--param", "h=64", "--param", "w=100")
+    assert small.exit_code == 0 and small.stdout != default
+
+
+def test_compile_refuses_runtime_params(run):
+    result = run("compile", example("hstu"), "--param", "targets=100", "-o", "-")
+    assert result.exit_code == 2
+    assert "'targets' is a runtime parameter" in result.stderr and "call time" in result.stderr
+    assert "those of hstu: none" in result.stderr
+
+
+def test_a_bad_mask_gets_diagnostics_and_exit_1(run, tmp_path):
+    bad = tmp_path / "bad.mask"
+    bad.write_text(BAD_MASK)
+    result = run("compile", bad, "-o", tmp_path / "bad.cu")
+    assert result.exit_code == 1
+    assert re.search(rf"^{re.escape(str(bad))}:5:\d+: error: .*nope", result.stderr, re.M)
+    assert "^" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "bad.cu").exists()
+
+
+def test_a_failed_compile_leaves_the_old_output_alone(run, tmp_path):
+    bad = tmp_path / "bad.mask"
+    bad.write_text(BAD_MASK)
+    out = tmp_path / "out.cu"
+    out.write_text("old contents")
+    assert run("compile", bad, "-o", out).exit_code == 1
+    assert out.read_text() == "old contents"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.mask", "out.cu"]  # no temporary left behind
+
+
+def test_writing_into_a_missing_directory_is_an_error(run, tmp_path):
+    result = run("compile", example("causal"), "-o", tmp_path / "no" / "such" / "dir.cu")
+    assert result.exit_code == 1
+    assert "dir.cu" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_const_param_without_a_value_is_reported(run, tmp_path):
+    mask = tmp_path / "grid.mask"
+    mask.write_text("mask image(const w: int)\nsegments:\n    I = grid(4, w)\nrules:\n    I -> I full\n")
+    result = run("compile", mask, "-o", "-")
+    assert result.exit_code == 1 and "const parameter 'w' has no value" in result.stderr
+    assert run("compile", mask, "-o", "-", "--param", "w=8").exit_code == 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# Exit code 3: internal errors
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_an_unexpected_exception_is_an_internal_error(run, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("the optimiser fell over")
+
+    monkeypatch.setattr(cli, "compile_program", broken)
+    result = run("compile", example("causal"), "-o", "-")
+    assert result.exit_code == 3
+    assert "internal error" in result.stderr and "the optimiser fell over" in result.stderr
+    assert "report" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_build_error_names_the_dumped_source(run, monkeypatch, tmp_path):
+    dumped = tmp_path / "failed" / "abc.cu"
+
+    def reject(self, emit="cubin"):
+        raise BuildError("NVRTC could not compile the generated kernel for sm_90 (a maskc bug)", "error: oops",
+                         dumped)
+
+    monkeypatch.setattr(maskc.compiler.CompiledMask, "build", reject)
+    result = run("compile", example("causal"), "--emit", "cubin", "-o", tmp_path / "x.cubin")
+    assert result.exit_code == 3
+    assert "internal error" in result.stderr and f"the generated source is in {dumped}" in result.stderr
+    assert not (tmp_path / "x.cubin").exists()
+
+
+def test_maskc_debug_shows_the_exception(run, monkeypatch):
+    monkeypatch.setattr(cli, "compile_program", lambda *a, **k: 1 / 0)
+    result = run("compile", example("causal"), "-o", "-", env={"MASKC_DEBUG": "1"})
+    assert isinstance(result.exception, ZeroDivisionError)
+
+
+# ---------------------------------------------------------------------------------------------------
+# check
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_check_every_example_silently(run):
+    result = run("check", *sorted(EXAMPLES.glob("*.mask")))
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "" and result.stderr == ""
+
+
+def test_check_verbose_and_errors(run, tmp_path):
+    bad = tmp_path / "bad.mask"
+    bad.write_text(BAD_MASK)
+    result = run("check", "-v", example("hstu"), bad, example("tree"))
+    assert result.exit_code == 1
+    assert result.stdout.splitlines() == [f"{example('hstu')}: ok", f"{example('tree')}: ok"]
+    assert f"{bad}:5:" in result.stderr
+
+
+def test_check_reads_stdin(run):
+    result = run("check", "-v", "-", input=(EXAMPLES / "causal.mask").read_text())
+    assert result.exit_code == 0 and result.stdout == "<stdin>: ok\n"
+    result = run("check", "-", input=BAD_MASK)
+    assert result.exit_code == 1 and result.stderr.startswith("<stdin>:5:")
+
+
+def test_check_catches_defaults_that_do_not_lay_out(run, tmp_path):
+    mask = tmp_path / "overfull.mask"
+    mask.write_text("mask overfull(n: int = 100, a: int = 200)\nsegments:\n    A = a\n    B = n - a\n"
+                    "rules:\n    A -> A full\n")
+    result = run("check", mask)
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"{mask}: error: ") and "negative length" in result.stderr
+    # Values given on the command line are checked instead of the defaults.
+    assert run("check", mask, "--param", "a=50").exit_code == 0
+
+
+def test_check_skips_values_the_file_leaves_open(run, tmp_path):
+    mask = tmp_path / "open.mask"
+    mask.write_text("mask open(prompt: int)\nsegments:\n    P = prompt\n    S = n - prompt\nrules:\n    S -> P full\n")
+    assert run("check", mask).exit_code == 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# explain
+# ---------------------------------------------------------------------------------------------------
+
+
+def stat(output: str, label: str) -> str:
+    match = re.search(rf"^  {label}\s+(.*)$", output, re.M)
+    assert match, f"no '{label}' line in:\n{output}"
+    return match.group(1)
+
+
+def visible_pairs(output: str) -> int:
+    return int(stat(output, "visible pairs").split(" of ")[0].replace(",", ""))
+
+
+@pytest.mark.parametrize("name, region", [
+    ("hstu", "[0] H -> H where k <= q"),
+    ("shared_prompt", "[2] R -> R where k <= q and q.member == k.member"),
+    ("clear_text", "[2] I -> I where (q.y - k.y)^2 + (q.x - k.x)^2 < r^2"),
+    ("rm_shared", "[1] R -> P full"),
+])
+def test_explain_prints_the_ir_after_each_pass(run, name, region):
+    result = run("explain", example(name))
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    assert out.startswith(f"mask {name}(")
+    assert "== lowered\n  segments:\n" in out and "\n  regions:\n" in out
+    assert region in out
+    for stage, _ in maskc.passes.PIPELINE:
+        assert re.search(rf"^== {stage}", out, re.M), stage
+
+
+def test_explain_shows_what_a_pass_changed(run):
+    out = run("explain", example("clear_text")).stdout
+    assert "== inline-consts\n  segments:\n    T = text\n    I = grid(128, 252)\n" in out
+    assert "== fold-constants: no change" in out
+    merged = run("explain", example("hstu_jagged")).stdout
+    assert re.search(r"== merge-regions\n  regions:\n    \[0\] C\|T -> C\|H full +# C -> C\|H full; T -> C\|H full",
+                     merged)
+
+
+def test_explain_statistics_of_the_defaults(run):
+    out = run("explain", example("shared_prompt")).stdout
+    assert "tile statistics, values: the mask's defaults (1 sequence, tiles of 128 queries x 64 keys)" in out
+    assert stat(out, "sequence 0:") == "n = 32768, responses = [4096, 4096, 4096, 4096, 4096, 4096]"
+    # 8192 causal prompt rows, 6 responses that see the prompt and are causal inside.
+    assert visible_pairs(out) == 8192 * 8193 // 2 + 6 * (4096 * 8192 + 4096 * 4097 // 2)
+    tiles = re.match(r"([\d,]+): ([\d,]+) empty .*, ([\d,]+) full .*, ([\d,]+) partial", stat(out, "tiles"))
+    total, empty, full, partial = (int(g.replace(",", "")) for g in tiles.groups())
+    assert total == 256 * 512 and empty + full + partial == total
+    for label in ("tile density", "planner", "partial tiles", "descriptor"):
+        stat(out, label)
+
+
+def test_explain_uses_the_batch_section(run):
+    out = run("explain", example("rm_shared")).stdout
+    assert "values: the mask's default batch (9 sequences" in out
+    assert stat(out, "sequence 8:") == "n = 776, prompt = 776, responses = []"
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_explain_counts_visible_pairs_exactly(run, name):
+    result = run("explain", example(name), *small_args(name))
+    assert result.exit_code == 0, result.stderr
+    masks = small_masks(name)
+    assert visible_pairs(result.stdout) == sum(int(m.sum()) for m in masks)
+    assert f"of {sum(m.size for m in masks):,} (exact count)" in result.stdout
+
+
+def test_explain_bad_values_exit_1(run):
+    result = run("explain", example("hstu"), "--n", "100")  # 2048 targets do not fit in 100 tokens
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: ") and "negative length" in result.stderr
+    result = run("explain", example("clear"), "--n", "100")  # the grid fixes n = 32768
+    assert result.exit_code == 1 and "fixes the length" in result.stderr
+
+
+@pytest.mark.parametrize("name", ["block_sparse", "document", "natten2d", "tree", "clear_text"])
+def test_dump_mask_is_the_exact_mask(run, tmp_path, name):
+    out = tmp_path / "mask.npy"
+    result = run("explain", example(name), *small_args(name), "--dump-mask", out)
+    assert result.exit_code == 0, result.stderr
+    assert f"mask of sequence 0: {out}" in result.stdout
+    np.testing.assert_array_equal(np.load(out), small_mask(name))
+
+
+def test_dump_mask_refuses_a_huge_n(run, tmp_path):
+    out = tmp_path / "mask.npy"
+    result = run("explain", example("causal"), "--dump-mask", out)
+    assert result.exit_code == 1 and "16384" in result.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args", [["hstu", "--n", "1000", "--param", "targets=100"],
+                                  ["causal", "--n", "9000"], ["rm_shared"], ["natten2d"]])
+def test_explain_png(run, tmp_path, args):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "mask.png"
+    name, *rest = args
+    result = run("explain", example(name), *rest, "--png", out)
+    assert result.exit_code == 0, result.stderr
+    assert f"picture: {out}" in result.stdout
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_explain_png_without_matplotlib(run, tmp_path, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib", None)  # makes `import matplotlib` fail
+    result = run("explain", example("causal"), "--n", "100", "--png", tmp_path / "m.png")
+    assert result.exit_code == 2
+    assert "pip install matplotlib" in result.stderr
+    assert not (tmp_path / "m.png").exists()
+
+
+def test_picture_pixels_count_the_same_pairs(tmp_path):
+    """The downsampled picture's pixels add up to the exact count (full tiles by area, partial ones pair
+    by pair), and its tile codes cover every visible pair."""
+    from maskc import explain
+
+    compiled = compile_file(example("sliding_window"))
+    desc, layouts, values = compiled.plan([{"n": 9000, "window": 700}])
+    tiles = explain.VisitedTiles.of(desc)
+    picture = explain.MaskPicture(desc, tiles, 0, 9000, explain.picture_scale(9000))
+    counts = explain.visible_per_tile(compiled.program, desc, layouts, values, tiles, picture.add_partial)
+    picture.add_tiles(count_full=True)
+    assert picture.scale == 8 and picture.visible.sum() == counts.sum()
+    assert not ((picture.visible > 0) & (picture.kinds == 0)).any()
+
+
+# ---------------------------------------------------------------------------------------------------
+# run (no GPU here: the CPU check)
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [["hstu"], ["rm_shared"], ["document"], ["causal", "--n", "300"],
+                                  ["block_sparse"], ["shared_prompt", "--n", "1000", "--param", "responses=[100,0,250]"]])
+def test_run_without_a_gpu_checks_on_the_cpu(run, args):
+    name, *rest = args
+    result = run("run", example(name), *rest, "--cpu")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert "checking on the CPU instead" in result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"{name}: ")
+    assert "descriptor   exact against the brute-force mask" in result.stdout
+    assert re.search(r"tile loop +max \|O - O_ref\| = \S+, max \|LSE - LSE_ref\| = ", result.stdout)
+    assert lines[-1] == "passed"
+
+
+def test_run_checks_every_row_of_a_short_sequence(run):
+    out = run("run", example("hstu"), "--n", "700", "--param", "targets=90", "--cpu").stdout
+    assert "1 sequence of 700 tokens (n from --n, with --param values)" in out
+    assert "checked      every query row" in out
+
+
+def test_run_samples_long_sequences(run):
+    out = run("run", example("causal"), "--cpu", "--batch", "2").stdout
+    assert "2 sequences, 65,536 tokens (the mask's defaults, repeated 2 times)" in out
+    assert re.search(r"checked +[\d,]+ of 65,536 query rows \(\d+ of 512 query tiles", out)
+
+
+def test_run_json(run):
+    result = run("run", example("rm_shared"), "--json", "--cpu")
+    assert result.exit_code == 0
+    report = json.loads(result.stdout)
+    assert report["passed"] is True and report["device"] == "cpu" and report["mask"] == "rm_shared"
+    assert report["descriptor_problems"] == [] and report["max_error"] < 1e-4
+
+
+def test_run_fails_on_a_wrong_descriptor(run, monkeypatch):
+    plan = maskc.compiler.CompiledMask.plan
+
+    def full_everywhere(self, sequences):  # claim every visited tile is full: diagonal tiles are not
+        desc, layouts, values = plan(self, sequences)
+        desc.kind[:] = 0
+        return desc, layouts, values
+
+    monkeypatch.setattr(maskc.compiler.CompiledMask, "plan", full_everywhere)
+    result = run("run", example("causal"), "--n", "256", "--cpu")  # no ragged tiles
+    assert result.exit_code == 1
+    assert "hidden pairs lie in key tiles marked full" in result.stdout and result.stdout.endswith("FAILED\n")
+
+
+def test_run_bad_values_exit_1(run):
+    result = run("run", example("rm_shared"), "--n", "100", "--cpu")
+    assert result.exit_code == 1 and result.stderr.splitlines()[-1].startswith("error: ")
+
+
+def test_run_on_the_gpu_path_is_chosen_only_with_a_gpu():
+    from maskc import trial
+
+    problem = trial.gpu_problem()
+    assert problem is None or isinstance(problem, str)
+
+
+@pytest.mark.gpu
+def test_run_on_a_gpu(run):
+    from maskc import trial
+
+    if trial.gpu_problem():
+        pytest.skip(trial.gpu_problem())
+    result = run("run", example("hstu"), "--n", "4096", "--param", "targets=512", "--heads", "4", "--json")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["passed"] and report["tflops"] > 0 and report["visible_pairs"] > 0
