@@ -70,7 +70,7 @@ class CompiledMask:
     @property
     def shared_memory_bytes(self) -> int:
         o = self.options
-        return (o.block_q + 2 * o.block_k) * o.head_dim * 2
+        return (o.block_q + 3 * o.block_k) * o.head_dim * 2  # Q, two K buffers, V
 
     def build(self, emit: str = "cubin") -> Artifact:
         return compile_source(self.source, self.options.arch, name=f"{self.name}.cu", emit=emit)

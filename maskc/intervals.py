@@ -46,14 +46,23 @@ class IntRange:
         v = np.broadcast_to(np.asarray(value, dtype=np.int64), (size,))
         return IntRange(v, v)
 
+    def take(self, idx: np.ndarray) -> "IntRange":
+        """The values of the boxes `idx`."""
+        def pick(x):
+            return x[idx] if isinstance(x, np.ndarray) and x.ndim else x
+        return IntRange(self.lo[idx], self.hi[idx], pick(self.exact), pick(self.contig),
+                        {k: pick(v) for k, v in self.roots.items()})
+
     @staticmethod
     def leaf(lo, hi, roots: dict[str, np.ndarray | bool] | str, tight=True) -> "IntRange":
         """A varying input; `roots` names what it varies with (a token, or coordinates of one)."""
         lo = np.asarray(lo, dtype=np.int64)
         hi = np.asarray(hi, dtype=np.int64)
-        varying = hi > lo
         if isinstance(roots, str):
             roots = {roots: True}
+        if not roots:
+            return IntRange(lo, hi, tight, tight, {})
+        varying = hi > lo
         counts = {name: (varying & np.asarray(on)).astype(np.int64) for name, on in roots.items()}
         return IntRange(lo, hi, tight, tight, counts)
 

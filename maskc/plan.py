@@ -219,53 +219,67 @@ class _Leaves:
         # Which segment-relative leaves each side needs.
         self.used = {side: set() for side in "qk"}
         for node in ir.walk(region.pred):
-            if isinstance(node, ir.Token) and node.attr != "index":
+            if isinstance(node, ir.Token):
                 self.used[node.side].add(node.attr)
             elif isinstance(node, ir.Member):
                 self.used[node.side].add("member")
         self.grid = {side: any(program.segment(s).kind == "grid" for s in getattr(region, side).segments)
                      for side in "qk"}
 
-    def side(self, out: dict, side: str, inst: dict, box_inst, t0, t1) -> None:
-        """Leaves of one side for boxes made of tiles t0..t1 of the instance's block on that side."""
-        seq = inst["seq"][box_inst]
+    def side(self, side: str, inst: dict, box_inst, t0, t1, track: bool) -> dict:
+        """Leaves of one side for boxes made of tiles t0..t1 of the instance's block on that side (only
+        those the predicate reads; roots only when tracking exactness)."""
+        wanted = self.used[side]
+        out: dict = {}
+        if not wanted:
+            return out
         g = inst[side + "g"][box_inst]
-        ext = extent(self.batch.blocks, side, g, t0, t1)
-        lo = np.maximum(ext["token"][0], inst[side + "a"][box_inst])
-        hi = np.minimum(ext["token"][1], inst[side + "b"][box_inst] - 1)
+        needs_tokens = bool(wanted & {"index", "pos", "member"})
+        ext = extent(self.batch.blocks, side, g, t0, t1, tokens=needs_tokens)
         # On a product of coordinate ranges each coordinate varies on its own; elsewhere the token is one root.
         product = ext["product"]
-        whole = side if not self.grid[side] else {side: ~product, **{f"{side}.{c}": product for c in "tyx"}}
+        if not track:
+            whole, coord_roots = {}, {c: {} for c in "tyx"}
+        elif self.grid[side]:
+            whole = {side: ~product, **{f"{side}.{c}": product for c in "tyx"}}
+            coord_roots = {c: {side: ~product, f"{side}.{c}": product} for c in "tyx"}
+        else:
+            whole, coord_roots = side, {c: side for c in "tyx"}
+        for c in "tyx":
+            if c in wanted:
+                c_lo, c_hi = ext[c]
+                tight = product | (c == "t") | ((c == "y") & (ext["t"][0] == ext["t"][1]))
+                out[(side, c)] = IntRange.leaf(c_lo, c_hi, coord_roots[c], tight=tight)
+        if not needs_tokens:
+            return out
+        lo = np.maximum(ext["token"][0], inst[side + "a"][box_inst])
+        hi = np.minimum(ext["token"][1], inst[side + "b"][box_inst] - 1)
         out[(side, "index")] = IntRange.leaf(lo, hi, whole)
-        wanted = self.used[side]
-        if not wanted:
-            return
-        sym = inst[side + "sym"][box_inst]
-        symc = np.maximum(sym, 0)
+        if not wanted & {"pos", "member"}:
+            return out
+        seq = inst["seq"][box_inst]
         base = self.batch.base[seq]
         c_lo = np.searchsorted(self.batch.starts, base + lo, side="right") - 1
         c_hi = np.searchsorted(self.batch.starts, base + hi, side="right") - 1
         if "member" in wanted:
             m_lo, m_hi = self.batch.member[c_lo], self.batch.member[c_hi]
-            out[("member", side)] = IntRange.leaf(m_lo, m_hi, side, tight=(m_hi - m_lo) <= 1)
+            out[("member", side)] = IntRange.leaf(m_lo, m_hi, side if track else {}, tight=(m_hi - m_lo) <= 1)
         if "pos" in wanted:
+            symc = np.maximum(inst[side + "sym"][box_inst], 0)
             start_lo = self.batch.starts[c_lo] - base
             one = c_lo == c_hi
             p_lo = np.where(one, lo - start_lo, 0)
             p_hi = np.where(one, hi - start_lo,
                             np.maximum(hi - (self.batch.starts[c_hi] - base), self.maxlen[seq, symc] - 1))
             out[(side, "pos")] = IntRange.leaf(p_lo, p_hi, whole, tight=one & ~self.grid[side])
-        for c in "tyx":
-            if c in wanted:
-                c_lo_, c_hi_ = ext[c]
-                tight = product | (c == "t") | ((c == "y") & (ext["t"][0] == ext["t"][1]))
-                out[(side, c)] = IntRange.leaf(c_lo_, c_hi_, {side: ~product, f"{side}.{c}": product}, tight=tight)
+        return out
 
-    def build(self, inst: dict[str, np.ndarray], box_inst, qt, k0, k1, track: bool) -> IntervalEvaluator:
+    def build(self, inst: dict[str, np.ndarray], box_inst, q_leaves: dict, k0, k1, track: bool) -> IntervalEvaluator:
+        """An evaluator over boxes: the given query-side leaves (they do not change as k blocks shrink)
+        and the key-side leaves of k tiles k0..k1."""
         seq = inst["seq"][box_inst]
-        leaves: dict = {}
-        self.side(leaves, "q", inst, box_inst, qt, qt)
-        self.side(leaves, "k", inst, box_inst, k0, k1)
+        leaves: dict = dict(q_leaves)
+        leaves.update(self.side("k", inst, box_inst, k0, k1, track))
         size = len(box_inst)
         for name, per_seq in self.scalars.items():
             leaves[name] = IntRange.point(per_seq[seq], size)
@@ -279,8 +293,6 @@ class _Leaves:
                                 for a in self.arrays[node.array]["parents"]], dtype=np.int64)
             leaves[ir.show(node)] = IntRange.point(per_seq[seq], size)
         return IntervalEvaluator(size, leaves, tables, track_exact=track)
-
-
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -312,15 +324,19 @@ def _search_region(program, region: ir.Region, batch: _Batch, tiling: Tiling):
         return inst, empty
     leaves = _Leaves(program, region, batch)
 
-    # One box per (instance, q tile), covering every k tile of the instance's k span.
+    # One box per (instance, q tile), covering every k tile of the instance's k span. Its query side
+    # stays the same as the k block shrinks: its leaves are computed once and gathered by `origin`.
     which, offset = _expand(inst["qt1"] - inst["qt0"] + 1)
     box_inst, box_qt = which, inst["qt0"][which] + offset
     box_k0, box_k1 = inst["kt0"][which], inst["kt1"][which]
+    q_leaves = leaves.side("q", inst, box_inst, box_qt, box_qt, track=False)
+    origin = np.arange(len(box_inst))
 
     found = []
     pred = region.pred
     while len(box_inst):
-        res = leaves.build(inst, box_inst, box_qt, box_k0, box_k1, track=False).bool(pred)
+        q_now = {key: leaf.take(origin) for key, leaf in q_leaves.items()}
+        res = leaves.build(inst, box_inst, q_now, box_k0, box_k1, track=False).bool(pred)
         can_t = np.broadcast_to(res.can_true, box_inst.shape)
         can_f = np.broadcast_to(res.can_false, box_inst.shape)
         all_true = can_t & ~can_f
@@ -331,7 +347,7 @@ def _search_region(program, region: ir.Region, batch: _Batch, tiling: Tiling):
         idx = np.nonzero(can_t & can_f & ~single)[0]
         # Few levels of many boxes: numpy's cost is per call, so a wide fan-out is cheaper than halving.
         which, box_k0, box_k1 = split(batch.blocks, "k", inst["kg"][box_inst[idx]], box_k0[idx], box_k1[idx], _FAN_OUT)
-        box_inst, box_qt = box_inst[idx][which], box_qt[idx][which]
+        box_inst, box_qt, origin = box_inst[idx][which], box_qt[idx][which], origin[idx][which]
 
     if not found:
         return inst, empty
@@ -341,7 +357,8 @@ def _search_region(program, region: ir.Region, batch: _Batch, tiling: Tiling):
     unknown = np.nonzero(status == 2)[0]
     if len(unknown):
         u = r_inst[unknown]
-        res = leaves.build(inst, u, qt[unknown], k0[unknown], k0[unknown], track=True).bool(pred)
+        q_exact = leaves.side("q", inst, u, qt[unknown], qt[unknown], track=True)
+        res = leaves.build(inst, u, q_exact, k0[unknown], k0[unknown], track=True).bool(pred)
         exact[unknown] = np.broadcast_to(res.exact & res.can_true & res.can_false, u.shape)
     return inst, dict(seq=inst["seq"][r_inst], qt=qt, k0=k0, k1=k1, status=status, exact=exact, inst=r_inst)
 
@@ -419,28 +436,29 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
     # Entries of the descriptor before ordering: (gq, first k tile, last k tile, kind, needs exact check),
     # gq being the global query tile. Query tiles whose ranges never overlap (one instance answers for
     # each tile, the common case) are decided range by range; the others are merged tile by tile.
-    e_gq, e_lo, e_hi, e_kind, e_todo = [], [], [], [], []
+    parts = []
     for index, region in enumerate(program.regions):
         inst, r = _search_region(program, region, batch, tiling)
-        r["gq"] = qtile_base[r["seq"]] + r["qt"]
-        r["bit"] = np.full(len(r["k0"]), 1 << index, dtype=np.uint32)
         src, lo, hi, covered = _covered_pieces(r, inst, batch, tiling)
-        status, exact = r["status"][src], r["exact"][src]
-        e_gq.append(r["gq"][src])
-        e_lo.append(lo)
-        e_hi.append(hi)
-        e_kind.append(np.where(covered, 0, r["bit"][src]).astype(np.uint32))
-        # A TRUE range is decided (covered, or partly outside its instance); an UNKNOWN tile if exact.
-        e_todo.append((status == 2) & ~exact)
-    gq, lo, hi, kinds, todo = (np.concatenate(x) if x else np.zeros(0, np.int64) for x in (e_gq, e_lo, e_hi, e_kind, e_todo))
-    kinds = kinds.astype(np.uint32)
-    todo = todo.astype(bool)
-
-    order = np.lexsort((lo, gq))
-    gq, lo, hi, kinds, todo = gq[order], lo[order], hi[order], kinds[order], todo[order]
-    overlap = (gq[1:] == gq[:-1]) & (lo[1:] <= hi[:-1])
+        i = r["inst"][src]
+        status = r["status"][src]
+        parts.append(dict(
+            gq=qtile_base[r["seq"][src]] + r["qt"][src], lo=lo, hi=hi,
+            kind=np.where(covered, 0, 1 << index).astype(np.uint32),
+            # A TRUE range is decided (covered, or partly outside its instance); an UNKNOWN tile if exact.
+            todo=(status == 2) & ~r["exact"][src],
+            true=status == 1, seq=r["seq"][src], qt=r["qt"][src],
+            qg=inst["qg"][i], kg=inst["kg"][i], qa=inst["qa"][i], qb=inst["qb"][i], ka=inst["ka"][i], kb=inst["kb"][i]))
+    e = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]} if parts else \
+        {name: np.zeros(0, np.int64) for name in ("gq", "lo", "hi", "kind", "todo")}
+    e["kind"] = e["kind"].astype(np.uint32)
+    e["todo"] = e["todo"].astype(bool)
+    order = np.lexsort((e["lo"], e["gq"]))
+    e = {name: a[order] for name, a in e.items()}
+    overlap = (e["gq"][1:] == e["gq"][:-1]) & (e["lo"][1:] <= e["hi"][:-1])
     if overlap.any():
-        gq, lo, hi, kinds, todo = _merge_overlaps(gq, lo, hi, kinds, todo, np.isin(gq, gq[1:][overlap]))
+        e = _merge_overlaps(e, np.isin(e["gq"], e["gq"][1:][overlap]), batch, tiling)
+    gq, lo, hi, kinds, todo = e["gq"], e["lo"], e["hi"], e["kind"], e["todo"]
 
     # Tiles whose interval answer may be loose, or that several instances touch, are evaluated exactly.
     keep = np.ones(len(gq), dtype=bool)
@@ -481,31 +499,63 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
     return desc
 
 
-def _merge_overlaps(gq, lo, hi, kinds, todo, mixed):
-    """Where entries of one query tile overlap, go tile by tile: OR the region bits, FULL if any entry
-    covers the tile, and check exactly unless a single exact entry decides it."""
+def _merge_overlaps(e: dict, mixed: np.ndarray, batch: _Batch, tiling: Tiling) -> dict:
+    """Where entries of one query tile overlap, go tile by tile: OR the region bits; FULL if an entry
+    covers the tile. A tile that two entries share along a boundary between segments is decided from
+    their spans: when their rows (or their columns) inside the tile do not overlap, each pair of the tile
+    is decided by one instance alone. The rest is left for the exact check."""
     keep = ~mixed
     idx = np.nonzero(mixed)[0]
-    w, off = _expand(hi[idx] - lo[idx] + 1)
+    w, off = _expand(e["hi"][idx] - e["lo"][idx] + 1)
     src = idx[w]
-    kt = lo[src] + off
+    kt = e["lo"][src] + off
     stride = int(kt.max()) + 1
-    key = gq[src] * stride + kt
+    key = e["gq"][src] * stride + kt
     order = np.argsort(key, kind="stable")
-    key, src = key[order], src[order]
+    key, src, kt = key[order], src[order], kt[order]
     starts = np.nonzero(np.concatenate([[True], key[1:] != key[:-1]]))[0]
     count = np.diff(np.append(starts, len(key)))
-    full = np.logical_and.reduceat(kinds[src] != 0, starts) == 0
-    bits = np.bitwise_or.reduceat(kinds[src], starts)
-    decided = full | ((count == 1) & ~todo[src[starts]])
+    full = np.logical_and.reduceat(e["kind"][src] != 0, starts) == 0
+    bits = np.bitwise_or.reduceat(e["kind"][src], starts)
+    decided = full | ((count == 1) & ~e["todo"][src[starts]])
+
+    # Two entries of run blocks meeting at a boundary: the tile's rows (or columns) split between them.
+    pair = np.nonzero(~decided & (count == 2))[0]
+    runs = np.array([not b.grid for b in tiling.blocks], dtype=bool)
+    if len(pair):
+        a, b = src[starts[pair]], src[starts[pair] + 1]
+        bt = batch.blocks
+        ok = runs[bt.block[e["qg"][a]]] & runs[bt.block[e["kg"][a]]] & runs[bt.block[e["qg"][b]]] & runs[bt.block[e["kg"][b]]]
+        t = kt[starts[pair]]
+        q_ext = extent(bt, "q", e["qg"][a], e["qt"][a], e["qt"][a])["token"]
+        k_ext = extent(bt, "k", e["kg"][a], t, t)["token"]
+        k_whole = complete(bt, "k", e["kg"][a], t)
+
+        def clip(lo_span, hi_span, tile):
+            return np.maximum(lo_span, tile[0]), np.minimum(hi_span - 1, tile[1])
+
+        (qa0, qa1), (qb0, qb1) = clip(e["qa"][a], e["qb"][a], q_ext), clip(e["qa"][b], e["qb"][b], q_ext)
+        (ka0, ka1), (kb0, kb1) = clip(e["ka"][a], e["kb"][a], k_ext), clip(e["ka"][b], e["kb"][b], k_ext)
+        rows = q_ext[1] - q_ext[0] + 1
+        cols = k_ext[1] - k_ext[0] + 1
+        split_rows = (qa1 < qb0) | (qb1 < qa0)
+        split_cols = (ka1 < kb0) | (kb1 < ka0)
+        both_true = e["true"][a] & e["true"][b]
+        covers_rows = split_rows & ((qa1 - qa0 + 1) + (qb1 - qb0 + 1) == rows) & \
+            (ka1 - ka0 + 1 == cols) & (kb1 - kb0 + 1 == cols) & k_whole
+        covers_cols = split_cols & ((ka1 - ka0 + 1) + (kb1 - kb0 + 1) == cols) & k_whole & \
+            (qa1 - qa0 + 1 == rows) & (qb1 - qb0 + 1 == rows)
+        now_full = ok & both_true & (covers_rows | covers_cols)
+        # Not full, and each part decided alone: a TRUE part, or an UNKNOWN part whose answer is exact.
+        now_partial = ok & ~now_full & (split_rows | split_cols) & ~e["todo"][a] & ~e["todo"][b]
+        full[pair] |= now_full
+        decided[pair] |= now_full | now_partial
+
     m_gq, m_kt = key[starts] // stride, key[starts] % stride
-    gq = np.concatenate([gq[keep], m_gq])
-    lo = np.concatenate([lo[keep], m_kt])
-    hi = np.concatenate([hi[keep], m_kt])
-    kinds = np.concatenate([kinds[keep], np.where(full, 0, bits).astype(np.uint32)])
-    todo = np.concatenate([todo[keep], ~decided])
-    order = np.lexsort((lo, gq))
-    return gq[order], lo[order], hi[order], kinds[order], todo[order]
+    merged = dict(gq=m_gq, lo=m_kt, hi=m_kt, kind=np.where(full, 0, bits).astype(np.uint32), todo=~decided)
+    out = {name: np.concatenate([e[name][keep], merged[name]]) for name in merged}
+    order = np.lexsort((out["lo"], out["gq"]))
+    return {name: a[order] for name, a in out.items()}
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -223,7 +223,7 @@ def complete(bt: BlockTable, side: str, g: np.ndarray, tiles: np.ndarray) -> np.
     return ((ct + 1) * shape[0] <= dims[0]) & ((cy + 1) * shape[1] <= dims[1]) & ((cx + 1) * shape[2] <= dims[2])
 
 
-def extent(bt: BlockTable, side: str, g: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> dict:
+def extent(bt: BlockTable, side: str, g: np.ndarray, t0: np.ndarray, t1: np.ndarray, tokens: bool = True) -> dict:
     """For consecutive tiles t0..t1 of block row g: hulls of the coordinates (t, y, x) of their tokens,
     the hull of the tokens, and whether the coordinates form a product of ranges (then each coordinate
     varies independently of the others)."""
@@ -245,9 +245,10 @@ def extent(bt: BlockTable, side: str, g: np.ndarray, t0: np.ndarray, t1: np.ndar
     y_hi = np.where(same_t, np.minimum(b_y * shape[1] + shape[1], dims[1]), dims[1]) - 1
     x_lo = np.where(same_y, a_x * shape[2], 0)
     x_hi = np.where(same_y, np.minimum(b_x * shape[2] + shape[2], dims[2]), dims[2]) - 1
-    return dict(t=(t_lo, t_hi), y=(y_lo, y_hi), x=(x_lo, x_hi), product=same_y,
-                token=(start + (t_lo * dims[1] + y_lo) * dims[2] + x_lo,
-                       start + (t_hi * dims[1] + y_hi) * dims[2] + x_hi))
+    out = dict(t=(t_lo, t_hi), y=(y_lo, y_hi), x=(x_lo, x_hi), product=same_y)
+    if tokens:
+        out["token"] = (start + (t_lo * dims[1] + y_lo) * dims[2] + x_lo, start + (t_hi * dims[1] + y_hi) * dims[2] + x_hi)
+    return out
 
 
 def split(bt: BlockTable, side: str, g: np.ndarray, t0: np.ndarray, t1: np.ndarray, parts: int):
