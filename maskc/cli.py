@@ -17,12 +17,12 @@ from pathlib import Path
 
 import click
 
-from . import __version__, ir
-from .build import BuildError
+from . import __version__, explain, ir, trial
 from .codegen import ARCHS, DTYPES, HEAD_DIMS, KernelOptions
 from .compiler import compile_program
 from .diagnostics import MaskError
 from .frontend import read_file, read_program
+from .layout import layout_uses_n
 
 EMIT_SUFFIX = {"cu": ".cu", "ptx": ".ptx", "cubin": ".cubin"}
 
@@ -39,9 +39,8 @@ def fail(message: str, code: int) -> None:
 def internal_error(exc: Exception) -> None:
     if os.environ.get("MASKC_DEBUG") == "1":
         raise exc
+    # A BuildError's message names the dumped source and carries NVRTC's log.
     lines = [f"maskc: internal error: {type(exc).__name__}: {exc}".rstrip()]
-    if isinstance(exc, BuildError) and exc.dumped:
-        lines.append(f"the generated source is in {exc.dumped}")
     lines.append("This is a bug in maskc, not in your mask. Please report it with the .mask file, the command "
                  "and this message (MASKC_DEBUG=1 shows the traceback).")
     fail("\n".join(lines), 3)
@@ -157,9 +156,8 @@ def split_params(program: ir.Program, params: tuple[tuple[str, object], ...],
 
 def write_atomically(path: Path, data: bytes) -> None:
     """Write beside the target, then rename over it: a failed or interrupted run never leaves half a file."""
-    directory = path.parent if str(path.parent) else Path(".")
     try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as exc:
         raise click.FileError(str(path), hint=exc.strerror or str(exc)) from None
     try:
@@ -246,15 +244,13 @@ def check_command(masks, params, verbose):
 
     Prints nothing and exits 0 when every file is fine; otherwise diagnostics on stderr and exit 1.
     """
-    from .explain import choose_sequences
-
     failed = False
     for path in masks:
         try:
             program = read_mask(path)
             consts, runtime = split_params(program, params)
             compiled = compile_program(program, KernelOptions(), consts)
-            sequences, _ = choose_sequences(program, runtime=runtime)
+            sequences, _ = explain.choose_sequences(program, runtime=runtime)
             if defaults_are_complete(compiled.program, sequences):
                 compiled.bind(sequences)
         except MaskError as exc:
@@ -273,8 +269,6 @@ def check_command(masks, params, verbose):
 
 def defaults_are_complete(program: ir.Program, sequences: list[dict[str, object]]) -> bool:
     """Whether every sequence has a value for every runtime parameter (and n, if the layout needs it)."""
-    from .layout import layout_uses_n
-
     n_decl = program.param("n")
     for given in sequences:
         if layout_uses_n(program) and "n" not in given and (n_decl is None or n_decl.default is None):
@@ -300,8 +294,6 @@ def explain_command(mask, n, params, png, dump_mask):
     the tiles of 128 queries x 64 keys fall (empty, full, partial), the exact visible fraction, the tile
     density and the descriptor's size and planning time.
     """
-    from . import explain
-
     if png:
         try:
             import matplotlib  # noqa: F401
@@ -351,8 +343,6 @@ def run_command(mask, n, params, batch, heads, kv_heads, head_dim, dtype, seed, 
 
     Exits 0 when the check passes, 1 when it does not.
     """
-    from . import explain, trial
-
     program = read_mask(mask)
     consts, runtime = split_params(program, params)
     sequences, origin = explain.choose_sequences(program, n, runtime)

@@ -150,13 +150,11 @@ def tile_tokens(desc: Descriptor, side: str, seq, tiles) -> np.ndarray:
     return desc.tokens(side, np.asarray(seq, dtype=np.int64), np.asarray(tiles, dtype=np.int64))
 
 
-def _slots_used(desc: Descriptor, side: str, seq: np.ndarray, tiles: np.ndarray) -> np.ndarray:
-    """How many slots of each tile hold a token, computed once per distinct (sequence, tile)."""
-    if len(seq) == 0:
-        return np.zeros(0, dtype=np.int64)
-    pairs, inverse = np.unique(np.stack([seq, tiles], axis=1), axis=0, return_inverse=True)
-    used = (tile_tokens(desc, side, pairs[:, 0], pairs[:, 1]) >= 0).sum(axis=1)
-    return used[inverse.reshape(-1)]
+def _distinct_tiles(seq: np.ndarray, tiles: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct (sequence, tile) pairs, and for each input pair the index of its distinct one."""
+    span = int(tiles.max(initial=0)) + 1
+    keys, inverse = np.unique(seq * span + tiles, return_inverse=True)
+    return keys // span, keys % span, inverse.reshape(-1)
 
 
 @dataclass
@@ -175,7 +173,11 @@ class VisitedTiles:
         seq = np.repeat(desc.work_seq.astype(np.int64), per_item)
         qtile = np.repeat(desc.work_qtile.astype(np.int64), per_item)
         ktile = desc.k_tile.astype(np.int64)
-        area = _slots_used(desc, "q", seq, qtile) * _slots_used(desc, "k", seq, ktile)
+        # Tokens per tile, looked up once per distinct tile (a tile is visited by many others).
+        q_used = (tile_tokens(desc, "q", desc.work_seq, desc.work_qtile) >= 0).sum(axis=1)
+        k_seq, k_tile, k_of_entry = _distinct_tiles(seq, ktile)
+        k_used = (tile_tokens(desc, "k", k_seq, k_tile) >= 0).sum(axis=1)
+        area = np.repeat(q_used, per_item) * k_used[k_of_entry]
         return VisitedTiles(seq, qtile, ktile, desc.kind == 0, area)
 
     def __len__(self) -> int:
@@ -315,27 +317,36 @@ def picture_scale(n: int) -> int:
 
 
 def _pixels_per_tile(tokens: np.ndarray, scale: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For tiles given by their slot tokens: (tile, pixel, tokens of the tile in that pixel), sorted by tile."""
+    """For tiles given by their slot tokens: CSR over the tiles of (pixel, how many of the tile's tokens
+    fall in it): returns (start per tile + 1 end, pixels, counts)."""
     tile = np.broadcast_to(np.arange(len(tokens), dtype=np.int64)[:, None], tokens.shape)
     real = tokens >= 0
     pixel = tokens[real] // scale
     span = int(pixel.max(initial=0)) + 1
     keys, counts = np.unique(tile[real] * span + pixel, return_counts=True)
-    return keys // span, keys % span, counts
+    starts = np.searchsorted(keys // span, np.arange(len(tokens) + 1))
+    return starts, keys % span, counts
 
 
-def tile_pixel_pairs(q_tokens: np.ndarray, k_tokens: np.ndarray, scale: int):
-    """The pixels each tile's pairs fall in. A tile's pairs are all (q, k) of its q tokens x its k tokens,
-    so they cover exactly the pixel rows of its q tokens x the pixel columns of its k tokens; returns
-    (tile, pixel row, pixel column, pairs of the tile in that pixel), one entry per tile and pixel."""
-    q_tile, q_pixel, q_count = _pixels_per_tile(q_tokens, scale)
-    k_tile, k_pixel, k_count = _pixels_per_tile(k_tokens, scale)
-    k_per_tile = np.bincount(k_tile, minlength=len(k_tokens))
-    k_first = np.cumsum(k_per_tile) - k_per_tile
-    repeat = k_per_tile[q_tile]
-    i = np.repeat(np.arange(len(q_tile)), repeat)
-    j = k_first[q_tile[i]] + (np.arange(len(i)) - np.repeat(np.cumsum(repeat) - repeat, repeat))
-    return q_tile[i], q_pixel[i], k_pixel[j], q_count[i] * k_count[j]
+def tile_pixel_pairs(desc: Descriptor, seq: int, qtiles: np.ndarray, ktiles: np.ndarray, scale: int):
+    """The pixels that the pairs of each tile (qtiles[e], ktiles[e]) fall in. A tile's pairs are its q
+    tokens x its k tokens, so they cover exactly the pixel rows of its q tokens x the pixel columns of
+    its k tokens. Yields chunks of (entry, pixel row, pixel column, pairs of the tile in that pixel)."""
+    q_ids, q_of_entry = np.unique(qtiles, return_inverse=True)
+    k_ids, k_of_entry = np.unique(ktiles, return_inverse=True)
+    q_start, q_pixel, q_count = _pixels_per_tile(tile_tokens(desc, "q", np.full(len(q_ids), seq), q_ids), scale)
+    k_start, k_pixel, k_count = _pixels_per_tile(tile_tokens(desc, "k", np.full(len(k_ids), seq), k_ids), scale)
+    q_len, k_len = np.diff(q_start)[q_of_entry.reshape(-1)], np.diff(k_start)[k_of_entry.reshape(-1)]
+    per_entry = q_len * k_len
+    step = max(1, PAIRS_PER_CHUNK // max(int(per_entry.max(initial=1)), 1))
+    for lo in range(0, len(qtiles), step):
+        entries = np.arange(lo, min(lo + step, len(qtiles)))
+        entry = np.repeat(entries, per_entry[entries])
+        offset = np.arange(len(entry)) - np.repeat(np.cumsum(per_entry[entries]) - per_entry[entries],
+                                                   per_entry[entries])
+        qi = q_start[q_of_entry.reshape(-1)[entry]] + offset // k_len[entry]
+        ki = k_start[k_of_entry.reshape(-1)[entry]] + offset % k_len[entry]
+        yield entry, q_pixel[qi], k_pixel[ki], q_count[qi] * k_count[ki]
 
 
 class MaskPicture:
@@ -360,17 +371,14 @@ class MaskPicture:
 
     def add_tiles(self, count_full: bool) -> None:
         """Mark every visited tile's pixels, and count the pairs of full tiles (all visible)."""
-        slots = self.desc.config.block_q * self.desc.config.block_k
-        for chunk in _chunks(self.mine, max(1, slots // 64)):
-            q = tile_tokens(self.desc, "q", self.tiles.seq[chunk], self.tiles.qtile[chunk])
-            k = tile_tokens(self.desc, "k", self.tiles.seq[chunk], self.tiles.ktile[chunk])
-            tile, row, col, pairs = tile_pixel_pairs(q, k, self.scale)
-            entry = chunk[tile]
-            full = self.tiles.full[entry]
-            parity = (self.tiles.qtile[entry] + self.tiles.ktile[entry]) % 2
-            np.maximum.at(self.kinds, (row, col), (np.where(full, 1, 3) + parity).astype(np.int8))
+        qtile, ktile = self.tiles.qtile[self.mine], self.tiles.ktile[self.mine]
+        full = self.tiles.full[self.mine]
+        code = (np.where(full, 1, 3) + (qtile + ktile) % 2).astype(np.int8)
+        for entry, row, col, pairs in tile_pixel_pairs(self.desc, self.seq, qtile, ktile, self.scale):
+            np.maximum.at(self.kinds, (row, col), code[entry])
             if count_full:
-                np.add.at(self.visible, (row[full], col[full]), pairs[full])
+                counted = full[entry]
+                np.add.at(self.visible, (row[counted], col[counted]), pairs[counted])
 
     def fraction(self) -> np.ndarray:
         """Visible fraction of each pixel (pixels at the edge hold fewer pairs)."""

@@ -485,7 +485,9 @@ def test_picture_pixels_count_the_same_pairs(tmp_path):
 
 
 @pytest.mark.parametrize("args", [["hstu"], ["rm_shared"], ["document"], ["causal", "--n", "300"],
-                                  ["block_sparse"], ["shared_prompt", "--n", "1000", "--param", "responses=[100,0,250]"]])
+                                  ["block_sparse"], ["shared_prompt", "--n", "1000", "--param", "responses=[100,0,250]"],
+                                  ["clear_text", "--param", "h=20", "--param", "w=30", "--param", "text=40"],
+                                  ["natten2d"]])
 def test_run_without_a_gpu_checks_on_the_cpu(run, args):
     name, *rest = args
     result = run("run", example(name), *rest, "--cpu")
