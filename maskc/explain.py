@@ -317,8 +317,8 @@ def picture_scale(n: int) -> int:
 
 
 def _pixels_per_tile(tokens: np.ndarray, scale: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For tiles given by their slot tokens: CSR over the tiles of (pixel, how many of the tile's tokens
-    fall in it): returns (start per tile + 1 end, pixels, counts)."""
+    """For tiles given by their slot tokens, the pixels their tokens fall in, as CSR: tile t's pixels are
+    pixels[starts[t]:starts[t + 1]], with counts[...] of its tokens in each."""
     tile = np.broadcast_to(np.arange(len(tokens), dtype=np.int64)[:, None], tokens.shape)
     real = tokens >= 0
     pixel = tokens[real] // scale
@@ -332,20 +332,22 @@ def tile_pixel_pairs(desc: Descriptor, seq: int, qtiles: np.ndarray, ktiles: np.
     """The pixels that the pairs of each tile (qtiles[e], ktiles[e]) fall in. A tile's pairs are its q
     tokens x its k tokens, so they cover exactly the pixel rows of its q tokens x the pixel columns of
     its k tokens. Yields chunks of (entry, pixel row, pixel column, pairs of the tile in that pixel)."""
-    q_ids, q_of_entry = np.unique(qtiles, return_inverse=True)
-    k_ids, k_of_entry = np.unique(ktiles, return_inverse=True)
+    # Pixels are found once per distinct q tile and k tile, then paired up per visited tile.
+    q_ids, q_of = np.unique(qtiles, return_inverse=True)
+    k_ids, k_of = np.unique(ktiles, return_inverse=True)
+    q_of, k_of = q_of.reshape(-1), k_of.reshape(-1)
     q_start, q_pixel, q_count = _pixels_per_tile(tile_tokens(desc, "q", np.full(len(q_ids), seq), q_ids), scale)
     k_start, k_pixel, k_count = _pixels_per_tile(tile_tokens(desc, "k", np.full(len(k_ids), seq), k_ids), scale)
-    q_len, k_len = np.diff(q_start)[q_of_entry.reshape(-1)], np.diff(k_start)[k_of_entry.reshape(-1)]
+    q_len, k_len = np.diff(q_start)[q_of], np.diff(k_start)[k_of]
     per_entry = q_len * k_len
     step = max(1, PAIRS_PER_CHUNK // max(int(per_entry.max(initial=1)), 1))
     for lo in range(0, len(qtiles), step):
         entries = np.arange(lo, min(lo + step, len(qtiles)))
-        entry = np.repeat(entries, per_entry[entries])
-        offset = np.arange(len(entry)) - np.repeat(np.cumsum(per_entry[entries]) - per_entry[entries],
-                                                   per_entry[entries])
-        qi = q_start[q_of_entry.reshape(-1)[entry]] + offset // k_len[entry]
-        ki = k_start[k_of_entry.reshape(-1)[entry]] + offset % k_len[entry]
+        sizes = per_entry[entries]
+        entry = np.repeat(entries, sizes)
+        offset = np.arange(len(entry)) - np.repeat(np.cumsum(sizes) - sizes, sizes)  # inside the entry's pairs
+        qi = q_start[q_of[entry]] + offset // k_len[entry]
+        ki = k_start[k_of[entry]] + offset % k_len[entry]
         yield entry, q_pixel[qi], k_pixel[ki], q_count[qi] * k_count[ki]
 
 
