@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import ir
+from .arrays import distinct
 
 
 Roots = dict  # root name -> count (or flag) per box
@@ -321,7 +322,7 @@ class IntervalEvaluator:
             from .evaluate import is_ancestor
 
             idx = np.nonzero(point)[0]
-            for s in np.unique(table.seq[idx]):
+            for s in distinct(table.seq[idx]):
                 sel = idx[table.seq[idx] == s]
                 hit = is_ancestor(table.parents[s], node.lo[sel], anc.lo[sel])
                 can_t[sel] = hit

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import ir
+from .arrays import distinct, expand
+from .evaluate import Env, evaluate
 from .intervals import ArrayTable, IntervalEvaluator, IntRange
 from .layout import ConcreteLayout, SequenceValues
 from .reference import visible
@@ -132,6 +134,8 @@ class _Batch:
     base: np.ndarray  # int64 [B]: global position of each sequence's token 0
     starts: np.ndarray  # global starts of all concrete segments
     member: np.ndarray
+    symbol: np.ndarray
+    grid: np.ndarray  # int64 [C, 3]: (t, y, x) dimensions of the grid a concrete segment is, else (1, 1, 1)
 
     @staticmethod
     def of(layouts: list[ConcreteLayout], values: list[SequenceValues], tiling: Tiling) -> "_Batch":
@@ -144,7 +148,49 @@ class _Batch:
             base=base,
             starts=np.concatenate([lay.starts + b for lay, b in zip(layouts, base)]) if layouts else np.zeros(0, np.int64),
             member=np.concatenate([lay.member for lay in layouts]).astype(np.int64) if layouts else np.zeros(0, np.int64),
+            symbol=np.concatenate([lay.symbol for lay in layouts]).astype(np.int64) if layouts else np.zeros(0, np.int64),
+            grid=np.concatenate([_grid_dims_of(lay) for lay in layouts]) if layouts else np.zeros((0, 3), np.int64),
         )
+
+
+def _grid_dims_of(layout: ConcreteLayout) -> np.ndarray:
+    dims = np.ones((len(layout.starts), 3), dtype=np.int64)
+    for s, d in layout.grid_dims.items():
+        dims[layout.first[s]:layout.first[s + 1], 3 - len(d):] = np.maximum(d, 1)
+    return dims
+
+
+def _visible_batch(program: ir.Program, batch: _Batch, seq: np.ndarray, q: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """The exact mask at pairs (q, k) of sequences `seq` (all broadcast together), evaluated for every
+    sequence at once; -1 tokens are never visible. Masks that read list parameters go sequence by sequence."""
+    if any(ir.arrays_used(r.pred) for r in program.regions):
+        out = np.zeros(np.broadcast_shapes(seq.shape, q.shape, k.shape), dtype=bool)
+        seq_b, q_b, k_b = np.broadcast_arrays(seq, q, k)
+        for b in distinct(seq_b):
+            sel = seq_b == b
+            out[sel] = visible(program, batch.layouts[b], batch.values[b], q_b[sel], k_b[sel])
+        return out
+    ns = np.array([lay.n for lay in batch.layouts], dtype=np.int64)
+    valid = (q >= 0) & (q < ns[seq]) & (k >= 0) & (k < ns[seq])
+    env = Env(params={name: np.array([v.scalars[name] for v in batch.values])[seq] for name in
+                      set().union(*(ir.params_used(r.pred) for r in program.regions)) - {"n"}})
+    env.params["n"] = ns[seq]
+    infos = {}
+    for side, pos in (("q", q), ("k", k)):
+        c = np.searchsorted(batch.starts, batch.base[seq] + np.maximum(pos, 0), side="right") - 1
+        local = batch.base[seq] + np.maximum(pos, 0) - batch.starts[c]
+        t_dim, y_dim, x_dim = (batch.grid[c, i] for i in range(3))
+        env.tokens.update({(side, "index"): pos, (side, "pos"): local, ("member", side): batch.member[c],
+                           (side, "x"): local % x_dim, (side, "y"): (local // x_dim) % y_dim,
+                           (side, "t"): local // (x_dim * y_dim)})
+        infos[side] = batch.symbol[c]
+    out = np.zeros(np.broadcast_shapes(seq.shape, q.shape, k.shape), dtype=bool)
+    for region in program.regions:
+        q_bits = sum(1 << program.segment_index(s) for s in region.q.segments)
+        k_bits = sum(1 << program.segment_index(s) for s in region.k.segments)
+        inside = ((q_bits >> infos["q"]) & 1).astype(bool) & ((k_bits >> infos["k"]) & 1).astype(bool)
+        out |= inside & np.asarray(evaluate(region.pred, env), dtype=bool)
+    return out & valid
 
 
 def _instances(program: ir.Program, region: ir.Region, batch: _Batch, tiling: Tiling) -> dict[str, np.ndarray]:
@@ -300,14 +346,6 @@ class _Leaves:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _expand(count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For ranges of the given sizes: (which range, offset inside it) of every element."""
-    total = int(count.sum())
-    which = np.repeat(np.arange(len(count)), count)
-    offset = np.arange(total) - np.repeat(np.cumsum(count) - count, count)
-    return which, offset
-
-
 _RANGE_FIELDS = ("seq", "qt", "k0", "k1", "status", "exact", "inst")
 _FAN_OUT = 8
 
@@ -326,7 +364,7 @@ def _search_region(program, region: ir.Region, batch: _Batch, tiling: Tiling):
 
     # One box per (instance, q tile), covering every k tile of the instance's k span. Its query side
     # stays the same as the k block shrinks: its leaves are computed once and gathered by `origin`.
-    which, offset = _expand(inst["qt1"] - inst["qt0"] + 1)
+    which, offset = expand(inst["qt1"] - inst["qt0"] + 1)
     box_inst, box_qt = which, inst["qt0"][which] + offset
     box_k0, box_k1 = inst["kt0"][which], inst["kt1"][which]
     q_leaves = leaves.side("q", inst, box_inst, box_qt, box_qt, track=False)
@@ -363,20 +401,45 @@ def _search_region(program, region: ir.Region, batch: _Batch, tiling: Tiling):
     return inst, dict(seq=inst["seq"][r_inst], qt=qt, k0=k0, k1=k1, status=status, exact=exact, inst=r_inst)
 
 
-def _refine(program, batch: _Batch, seq, qt, kt) -> np.ndarray:
-    """Exact kinds of the given tiles: 0 empty, 1 full, 2 partial (rows without a token do not count)."""
+def _witness_slots(tokens: np.ndarray, other: np.ndarray) -> list[np.ndarray]:
+    """Slots worth testing in each tile: first, middle and last slot holding a token, and the slots whose
+    token the other tile also holds (the diagonal, where causal-like masks change)."""
+    valid = tokens >= 0
+    size = tokens.shape[1]
+    first = np.argmax(valid, axis=1)
+    last = size - 1 - np.argmax(valid[:, ::-1], axis=1)
+    lo_other = np.where(other >= 0, other, np.iinfo(np.int64).max).min(axis=1)
+    hi_other = other.max(axis=1)
+    diag_lo = np.argmax(valid & (tokens >= lo_other[:, None]), axis=1)
+    diag_hi = size - 1 - np.argmax((valid & (tokens <= hi_other[:, None]))[:, ::-1], axis=1)
+    return [first, (first + last) // 2, last, diag_lo, diag_hi]
+
+
+def _refine(program, batch: _Batch, seq, qt, kt, budget_tiles: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact kinds of the given tiles: 0 empty, 1 full, 2 partial (rows without a token do not count).
+
+    A few witness pairs per tile come first: one visible and one hidden pair prove the tile partial, which
+    is the usual answer. Tiles the witnesses do not settle are evaluated on every pair, at most
+    `budget_tiles` of them; the rest stay partial (correct, only slower). Returns (kinds, evaluated)."""
     bt = batch.blocks
-    result = np.zeros(len(seq), dtype=np.int64)
-    for b in np.unique(seq):
-        sel = np.nonzero(seq == b)[0]
-        lay, values = batch.layouts[b], batch.values[b]
-        q = tile_tokens(bt, "q", block_of(bt, "q", np.full(len(sel), b), qt[sel]), qt[sel])[:, :, None]
-        k = tile_tokens(bt, "k", block_of(bt, "k", np.full(len(sel), b), kt[sel]), kt[sel])[:, None, :]
-        vis = visible(program, lay, values, q, k)
+    q = tile_tokens(bt, "q", block_of(bt, "q", seq, qt), qt)
+    k = tile_tokens(bt, "k", block_of(bt, "k", seq, kt), kt)
+    rows = np.take_along_axis(q, np.stack(_witness_slots(q, k), axis=1), axis=1)
+    cols = np.take_along_axis(k, np.stack(_witness_slots(k, q), axis=1), axis=1)
+    vis = _visible_batch(program, batch, seq[:, None, None], rows[:, :, None], cols[:, None, :])
+    real = (rows >= 0)[:, :, None] & np.ones(cols.shape, bool)[:, None, :]
+    settled = vis.any(axis=(1, 2)) & (~vis & real).any(axis=(1, 2))
+    result = np.full(len(seq), 2, dtype=np.int64)
+    exact = np.nonzero(~settled)[0][:budget_tiles]
+    if len(exact):
+        qe, ke = q[exact][:, :, None], k[exact][:, None, :]
+        vis = _visible_batch(program, batch, seq[exact][:, None, None], qe, ke)
         any_visible = vis.any(axis=(1, 2))
-        hidden = (~vis & (q >= 0)).any(axis=(1, 2))
-        result[sel] = np.where(~any_visible, 0, np.where(hidden, 2, 1))
-    return result
+        hidden = (~vis & (qe >= 0)).any(axis=(1, 2))
+        result[exact] = np.where(~any_visible, 0, np.where(hidden, 2, 1))
+    evaluated = settled.copy()
+    evaluated[exact] = True
+    return result, evaluated
 
 
 def _covered_pieces(r: dict[str, np.ndarray], inst: dict[str, np.ndarray], batch: _Batch, tiling: Tiling):
@@ -408,7 +471,7 @@ def _covered_pieces(r: dict[str, np.ndarray], inst: dict[str, np.ndarray], batch
     # Key side of a grid: tile by tile, covered where TRUE and complete (no ragged slot).
     grid = np.nonzero(grid_k)[0]
     if len(grid):
-        w, off = _expand(r["k1"][grid] - r["k0"][grid] + 1)
+        w, off = expand(r["k1"][grid] - r["k0"][grid] + 1)
         src = grid[w]
         kt = r["k0"][src] + off
         cov = true[src] & rows_ok[src] & complete(bt, "k", kg[src], kt)
@@ -457,21 +520,22 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
     e = {name: a[order] for name, a in e.items()}
     overlap = (e["gq"][1:] == e["gq"][:-1]) & (e["lo"][1:] <= e["hi"][:-1])
     if overlap.any():
-        e = _merge_overlaps(e, np.isin(e["gq"], e["gq"][1:][overlap]), batch, tiling)
+        shared = np.zeros(int(qtile_base[-1]) + 1, dtype=bool)
+        shared[e["gq"][1:][overlap]] = True
+        e = _merge_overlaps(e, shared[e["gq"]], batch, tiling)
     gq, lo, hi, kinds, todo = e["gq"], e["lo"], e["hi"], e["kind"], e["todo"]
 
     # Tiles whose interval answer may be loose, or that several instances touch, are evaluated exactly.
     keep = np.ones(len(gq), dtype=bool)
     todo = np.nonzero(todo)[0]  # always single tiles
     if len(todo):
-        affordable = todo[: max(0, refine_budget // (config.block_q * config.block_k))]
-        stats.tiles_conservative = len(todo) - len(affordable)
-        if len(affordable):
-            seq = np.searchsorted(qtile_base, gq[affordable], side="right") - 1
-            exact_kind = _refine(program, batch, seq, gq[affordable] - qtile_base[seq], lo[affordable])
-            keep[affordable] = exact_kind != 0
-            kinds[affordable] = np.where(exact_kind == 1, 0, kinds[affordable])
-            stats.tiles_refined = len(affordable)
+        seq = np.searchsorted(qtile_base, gq[todo], side="right") - 1
+        exact_kind, evaluated = _refine(program, batch, seq, gq[todo] - qtile_base[seq], lo[todo],
+                                        refine_budget // (config.block_q * config.block_k))
+        keep[todo] = exact_kind != 0
+        kinds[todo] = np.where(exact_kind == 1, 0, kinds[todo])
+        stats.tiles_refined = int(evaluated.sum())
+        stats.tiles_conservative = len(todo) - stats.tiles_refined
     gq, lo, hi, kinds = gq[keep], lo[keep], hi[keep], kinds[keep]
 
     # CSR in visiting order: query tiles with the most work first, k tiles ascending inside each.
@@ -481,9 +545,13 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
     visit = np.argsort(-counts, kind="stable")
     rank = np.empty(total_q, dtype=np.int64)
     rank[visit] = np.arange(total_q)
+    visited = int(lengths.sum())
+    if visited * (4 + kinds.itemsize) > MAX_DESCRIPTOR_BYTES:
+        raise PlanError(f"the descriptor would list {visited:,} tiles ({visited * (4 + kinds.itemsize) / 2**30:.1f} GiB), "
+                        "more than the 1 GiB limit; use fewer or shorter sequences")
     order = np.lexsort((lo, rank[gq]))
     lo, lengths, kinds = lo[order], lengths[order], kinds[order]
-    w, off = _expand(lengths)
+    w, off = expand(lengths)
     k_tile = (lo[w] + off).astype(np.int32)
     kind = kinds[w]
     row_ptr = np.concatenate([[0], np.cumsum(counts[visit])]).astype(np.int64)
@@ -506,7 +574,7 @@ def _merge_overlaps(e: dict, mixed: np.ndarray, batch: _Batch, tiling: Tiling) -
     is decided by one instance alone. The rest is left for the exact check."""
     keep = ~mixed
     idx = np.nonzero(mixed)[0]
-    w, off = _expand(e["hi"][idx] - e["lo"][idx] + 1)
+    w, off = expand(e["hi"][idx] - e["lo"][idx] + 1)
     src = idx[w]
     kt = e["lo"][src] + off
     stride = int(kt.max()) + 1
@@ -583,8 +651,6 @@ def kernel_tables(code, desc: Descriptor, layouts: list[ConcreteLayout], values:
                   token_offsets: np.ndarray) -> KernelTables:
     """Everything besides Q, K, V the kernel needs, for the sequences of one launch. `code` is the
     `codegen.MaskCode` the kernel was generated from (it names the per-sequence values)."""
-    from .evaluate import Env, evaluate
-
     batch = len(layouts)
     seq_table = np.zeros((batch, code.seq_fields), dtype=np.int64)
     seg_begin = np.concatenate([[0], np.cumsum([len(lay.starts) for lay in layouts])]).astype(np.int64)

@@ -1,0 +1,20 @@
+"""Small numpy helpers the planner leans on, written for its sizes: many calls on small arrays, where
+numpy's per-call cost dominates (np.unique, for one, costs tens of microseconds even on a few items)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def distinct(x: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of x."""
+    x = np.sort(np.asarray(x).reshape(-1))
+    return x[np.concatenate([[True], x[1:] != x[:-1]])] if len(x) else x
+
+
+def expand(count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For ranges of the given sizes: (which range, offset inside it) of every element."""
+    total = int(count.sum())
+    which = np.repeat(np.arange(len(count)), count)
+    offset = np.arange(total) - np.repeat(np.cumsum(count) - count, count)
+    return which, offset
