@@ -1,0 +1,5 @@
+"""`python -m maskc ...` is the `maskc` command."""
+
+from .cli import main
+
+main()
