@@ -106,6 +106,8 @@ def _as_array(decl: ir.ParamDecl, value, where: str) -> np.ndarray:
         arr = np.asarray(value)
     except ValueError:
         arr = None
+    if arr is not None and arr.size == 0 and arr.dtype != object and 1 <= arr.ndim < decl.type.depth:
+        arr = arr.reshape((0,) * decl.type.depth)  # `[]` is an empty table too
     if arr is None or arr.dtype == object or arr.ndim != decl.type.depth:
         raise ValueProblem(
             f"{where}: parameter '{decl.name}' must be a {decl.type} "
