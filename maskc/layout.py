@@ -194,6 +194,10 @@ def _check_family_lists(seg: ir.Segment, count: int, values: SequenceValues, whe
                 )
 
 
+def _family_list(seg: ir.Segment) -> str:
+    return seg.length.array if isinstance(seg.length, ir.Index) else ""
+
+
 def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "mask") -> ConcreteLayout:
     uses_n = layout_uses_n(program)
     if uses_n and values.n is None:
@@ -228,9 +232,12 @@ def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "m
                     raise problem(seg, f"has {count} members, more than the limit of {MAX_FAMILY_MEMBERS}")
                 _check_family_lists(seg, count, values, where)
                 index = np.arange(count, dtype=np.int64)
-                env.family_index = index
-                seg_lengths = np.broadcast_to(np.asarray(evaluate(seg.length, env), dtype=np.int64), (count,)).copy()
-                env.family_index = None
+                if seg.length == ir.Index(_family_list(seg), (ir.FamilyIndex(),)):
+                    seg_lengths = values.arrays[_family_list(seg)].astype(np.int64)  # `R[i] = list[i]`, the usual form
+                else:
+                    env.family_index = index
+                    seg_lengths = np.broadcast_to(np.asarray(evaluate(seg.length, env), dtype=np.int64), (count,)).copy()
+                    env.family_index = None
                 seg_members = index.astype(np.int32)
         except ZeroDivisionError as exc:
             raise problem(seg, f"divides by zero: {exc}") from None
@@ -291,26 +298,53 @@ def token_info(program: ir.Program, layout: ConcreteLayout, positions: np.ndarra
     return info
 
 
-def validate_values(program: ir.Program, values: SequenceValues, layout: ConcreteLayout, where: str = "mask") -> None:
-    """Checks on runtime values that the kernel could not report: zero divisors and malformed trees."""
-    env = _env(values, layout.n)
+@dataclass(frozen=True)
+class _RuntimeChecks:
+    """What validate_values looks at, found once per program: divisors of the sequence alone, and trees."""
+
+    divisors: tuple[ir.Expr, ...]
+    trees: tuple[str, ...]
+
+
+_checks_cache: dict[int, tuple[ir.Program, _RuntimeChecks]] = {}
+
+
+def _runtime_checks(program: ir.Program) -> _RuntimeChecks:
+    hit = _checks_cache.get(id(program))
+    if hit is not None and hit[0] is program:
+        return hit[1]
+    divisors, trees = [], []
     for region in program.regions:
         for node in ir.walk(region.pred):
-            if isinstance(node, ir.Binary) and node.op in ("//", "%"):
-                divisor = node.rhs
-                if not any(isinstance(x, (ir.Token, ir.Member)) for x in ir.walk(divisor)):
-                    try:
-                        zero = int(evaluate(divisor, env)) == 0
-                    except ZeroDivisionError:
-                        zero = True
-                    if zero:
-                        names = ir.params_used(divisor) | ir.arrays_used(divisor)
-                        raise ValueProblem(f"{where}: the divisor {ir.show(divisor)} is zero "
-                                           f"({_describe(values, names)})")
+            if isinstance(node, ir.Binary) and node.op in ("//", "%") and \
+                    not any(isinstance(x, (ir.Token, ir.Member)) for x in ir.walk(node.rhs)):
+                divisors.append(node.rhs)
             if isinstance(node, ir.Ancestor):
-                parent = values.arrays[node.array]
-                bad = np.nonzero(parent >= np.arange(len(parent)))[0]
-                if len(bad):
-                    x = int(bad[0])
-                    raise ValueProblem(f"{where}: '{node.array}' must list each parent before its child "
-                                       f"(parent[x] < x, -1 for a root); parent[{x}] = {int(parent[x])}")
+                trees.append(node.array)
+    checks = _RuntimeChecks(tuple(divisors), tuple(dict.fromkeys(trees)))
+    if len(_checks_cache) > 64:
+        _checks_cache.clear()
+    _checks_cache[id(program)] = (program, checks)
+    return checks
+
+
+def validate_values(program: ir.Program, values: SequenceValues, layout: ConcreteLayout, where: str = "mask") -> None:
+    """Checks on runtime values that the kernel could not report: zero divisors and malformed trees."""
+    checks = _runtime_checks(program)
+    if checks.divisors:
+        env = _env(values, layout.n)
+        for divisor in checks.divisors:
+            try:
+                zero = int(evaluate(divisor, env)) == 0
+            except ZeroDivisionError:
+                zero = True
+            if zero:
+                names = ir.params_used(divisor) | ir.arrays_used(divisor)
+                raise ValueProblem(f"{where}: the divisor {ir.show(divisor)} is zero ({_describe(values, names)})")
+    for name in checks.trees:
+        parent = values.arrays[name]
+        bad = np.nonzero(parent >= np.arange(len(parent)))[0]
+        if len(bad):
+            x = int(bad[0])
+            raise ValueProblem(f"{where}: '{name}' must list each parent before its child "
+                               f"(parent[x] < x, -1 for a root); parent[{x}] = {int(parent[x])}")
