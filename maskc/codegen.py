@@ -23,6 +23,7 @@ from . import __version__, ir
 from .diagnostics import error
 from .ranges import Range, static_range
 from .resources import resource_dir
+from .layout import MAX_FAMILY_MEMBERS, layout_uses_n
 from .tiling import tiling_for
 
 MAX_REGIONS = 32
@@ -375,6 +376,62 @@ def _seq_value_ref(code: MaskCode, e: ir.Expr) -> str:
     return f"(int)s.v{len(code.seq_values) - 1}"
 
 
+def host_expr(e: ir.Expr, prefix: str) -> str:
+    """C++ for the host planner: a layout or sequence value over the runtime values `v`, in 64 bits."""
+    def r(x: ir.Expr) -> str:
+        return host_expr(x, prefix)
+
+    if isinstance(e, ir.Const):
+        return f"{int(e.value)}LL"
+    if isinstance(e, ir.Param):
+        return "N_" if e.name == "n" else f"(long long)v.{e.name}"
+    if isinstance(e, ir.FamilyIndex):
+        return "i"
+    if isinstance(e, ir.Index):
+        if len(e.indices) == 1:
+            return f"{prefix}_read(v.{e.array}, 1, v.{e.array}_len, 0, {r(e.indices[0])})"
+        return f"{prefix}_read(v.{e.array}, v.{e.array}_rows, v.{e.array}_cols, {r(e.indices[0])}, {r(e.indices[1])})"
+    if isinstance(e, ir.ArrayLen):
+        return f"v.{e.array}_len"
+    if isinstance(e, ir.ArraySum):
+        return f"{prefix}_sum(v.{e.array}, v.{e.array}_len)"
+    if isinstance(e, ir.Unary):
+        return {"neg": f"(-{r(e.arg)})", "abs": f"iabs({r(e.arg)})", "not": f"(!{r(e.arg)})"}[e.op]
+    if isinstance(e, ir.Pow):
+        return f"ipow({r(e.base)}, {e.exponent})"
+    if isinstance(e, ir.Binary):
+        if e.op in ("min", "max"):
+            return f"i{e.op}({r(e.lhs)}, {r(e.rhs)})"
+        if e.op in ("//", "%"):
+            return f"{prefix}_{'div' if e.op == '//' else 'mod'}({r(e.lhs)}, {r(e.rhs)}, &err)"
+        return f"({r(e.lhs)} {e.op} {r(e.rhs)})"
+    if isinstance(e, ir.Compare):
+        return f"(long long)({r(e.lhs)} {e.op} {r(e.rhs)})"
+    if isinstance(e, ir.Logic):
+        op = " && " if e.op == "and" else " || "
+        return "(long long)(" + op.join(r(a) for a in e.args) + ")"
+    raise TypeError(f"no host code for {ir.show(e)}")
+
+
+def planner_name(program: ir.Program, options: KernelOptions) -> str:
+    """The standalone planner depends on the mask and the tile shape only."""
+    base = re.sub(r"[^A-Za-z0-9_]", "_", program.name)
+    return f"maskc_{base}_bq{options.block_q}_bk{options.block_k}"
+
+
+def _family_lists(program: ir.Program) -> dict[str, list[str]]:
+    """Lists a family's length indexes with its member index: they must have one entry per member."""
+    out = {}
+    for seg in program.segments:
+        names = []
+        if seg.kind == "family":
+            for node in ir.walk(seg.length):
+                if isinstance(node, ir.Index) and isinstance(node.indices[0], ir.FamilyIndex) and node.array not in names:
+                    names.append(node.array)
+        out[seg.name] = names
+    return out
+
+
 def render_source(program: ir.Program, options: KernelOptions, source_name: str = "") -> tuple[str, MaskCode]:
     """The complete `.cu` file for the mask, and the mask code the planner needs to fill its tables."""
     code = mask_code(program)
@@ -395,5 +452,11 @@ def render_source(program: ir.Program, options: KernelOptions, source_name: str 
         element="bf16" if options.dtype == "bf16" else "f16",
         tiling=tiling,
         params=[p for p in program.params],
+        P=planner_name(program, options),
+        runtime_params=program.runtime_params,
+        host=lambda e: host_expr(e, planner_name(program, options)),
+        family_lists=_family_lists(program),
+        layout_uses_n=layout_uses_n(program),
+        max_members=MAX_FAMILY_MEMBERS,
     )
     return text, code
