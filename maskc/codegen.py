@@ -266,7 +266,8 @@ class _Builder:
             if len(idx) == 1:
                 idx.append("0LL")
                 idx.reverse()  # a list is a table with one row
-            return f"array_read(s, {slot}, {idx[0]}, {idx[1]})", t
+            # array_read returns a 64-bit value; give it the type its range was given (else overloads clash)
+            return _cast(f"array_read(s, {slot}, {idx[0]}, {idx[1]})", "long long", t), t
         raise TypeError(f"cannot render {e!r}")
 
     def render_bool(self, e: ir.Expr, r: int, region: ir.Region, where: str) -> str:

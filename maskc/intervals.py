@@ -190,8 +190,9 @@ class IntervalEvaluator:
         point = np.ones(self.size, dtype=bool)
         for r in idx:
             point &= r.lo == r.hi
-        lo = table.vmin.copy()
-        hi = table.vmax.copy()
+        # Outside reads give 0, so a hull over the whole array must include it.
+        lo = np.minimum(table.vmin, 0)
+        hi = np.maximum(table.vmax, 0)
         # Where every index is a point, read the element; where the ranges are short, scan them.
         width = np.ones(self.size, dtype=np.int64)
         for r in idx:
@@ -212,10 +213,6 @@ class IntervalEvaluator:
                 s_hi = np.where(ok, np.maximum(s_hi, v), s_hi)
             lo = np.where(scan, s_lo, lo)
             hi = np.where(scan, s_hi, hi)
-        else:
-            # Outside reads give 0, so a hull over the whole array must include it.
-            lo = np.minimum(lo, 0)
-            hi = np.maximum(hi, 0)
         roots: Roots = {}
         for r in idx:
             roots = _add_roots(roots, r.roots)

@@ -250,7 +250,7 @@ class _Leaves:
             offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
             shapes = np.array([a.shape if a.ndim == 2 else (a.shape[0], 1) for a in per_seq], dtype=np.int64)
             self.arrays[name] = dict(
-                values=np.concatenate(per_seq).reshape(-1) if per_seq else np.zeros(0, np.int64),
+                values=np.concatenate([a.reshape(-1) for a in per_seq]) if per_seq else np.zeros(0, np.int64),
                 offset=offsets, shape=shapes, ndim=per_seq[0].ndim if per_seq else 1,
                 vmin=np.array([a.min() if a.size else 0 for a in per_seq], dtype=np.int64),
                 vmax=np.array([a.max() if a.size else 0 for a in per_seq], dtype=np.int64),
@@ -301,6 +301,8 @@ class _Leaves:
         lo = np.maximum(ext["token"][0], inst[side + "a"][box_inst])
         hi = np.minimum(ext["token"][1], inst[side + "b"][box_inst] - 1)
         out[(side, "index")] = IntRange.leaf(lo, hi, whole)
+        if self.grid[side]:  # a grid box's tokens are consecutive only inside one row
+            out[(side, "index")].contig = (ext["y"][0] == ext["y"][1]) & (ext["t"][0] == ext["t"][1])
         if not wanted & {"pos", "member"}:
             return out
         seq = inst["seq"][box_inst]
@@ -317,7 +319,7 @@ class _Leaves:
             p_lo = np.where(one, lo - start_lo, 0)
             p_hi = np.where(one, hi - start_lo,
                             np.maximum(hi - (self.batch.starts[c_hi] - base), self.maxlen[seq, symc] - 1))
-            out[(side, "pos")] = IntRange.leaf(p_lo, p_hi, whole, tight=one & ~self.grid[side])
+            out[(side, "pos")] = IntRange.leaf(p_lo, p_hi, whole, tight=one & (not self.grid[side]))
         return out
 
     def build(self, inst: dict[str, np.ndarray], box_inst, q_leaves: dict, k0, k1, track: bool) -> IntervalEvaluator:
@@ -495,6 +497,7 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
     q_tiles, k_tiles = bt.tiles("q"), bt.tiles("k")
     qtile_base = np.concatenate([[0], np.cumsum(q_tiles)]).astype(np.int64)
     stats = PlanStats(tiles_total=int((q_tiles * k_tiles).sum()))
+    _refuse_huge(program, batch, tiling)
 
     # Entries of the descriptor before ordering: (gq, first k tile, last k tile, kind, needs exact check),
     # gq being the global query tile. Query tiles whose ranges never overlap (one instance answers for
@@ -565,6 +568,20 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
         raise PlanError(f"the descriptor would take {desc.nbytes / 2**30:.1f} GiB, more than the 1 GiB limit")
     stats.seconds = time.perf_counter() - start
     return desc
+
+
+def _refuse_huge(program: ir.Program, batch: _Batch, tiling: Tiling) -> None:
+    """Refuse before searching what a `true` region alone makes too big: it visits every tile of each of its
+    instances (the search itself takes memory per query tile, gigabytes for a sequence of 2^31 tokens)."""
+    floor = np.zeros(len(batch.layouts), dtype=np.int64)
+    for region in program.regions:
+        if region.pred == ir.TRUE:
+            inst = _instances(program, region, batch, tiling)
+            np.maximum.at(floor, inst["seq"], (inst["qt1"] - inst["qt0"] + 1) * (inst["kt1"] - inst["kt0"] + 1))
+    tiles = int(floor.sum())
+    if tiles * 8 > MAX_DESCRIPTOR_BYTES:  # a k tile (int32) and a kind (uint32) each
+        raise PlanError(f"the descriptor would list at least {tiles:,} tiles ({tiles * 8 / 2**30:.1f} GiB), "
+                        "more than the 1 GiB limit; use fewer or shorter sequences")
 
 
 def _merge_overlaps(e: dict, mixed: np.ndarray, batch: _Batch, tiling: Tiling) -> dict:

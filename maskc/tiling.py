@@ -276,8 +276,8 @@ def split(bt: BlockTable, side: str, g: np.ndarray, t0: np.ndarray, t1: np.ndarr
     keep = p_lo <= p_hi
     which, p_lo, p_hi = which[keep], p_lo[keep], p_hi[keep]
     if not bt.runs_only:
+        # Back from units to tile ids (a unit of one tile has base 0: the ids are tile ids already).
         u, z = unit[which], base[which]
-        grid_units = u > 1
-        p_lo = np.where(grid_units, z + p_lo * u, p_lo)
-        p_hi = np.where(grid_units, z + p_hi * u + u - 1, p_hi)
+        p_lo = z + p_lo * u
+        p_hi = z + p_hi * u + u - 1
     return which, p_lo, p_hi

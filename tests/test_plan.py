@@ -1,0 +1,219 @@
+"""The planner (maskc.plan) against brute force: for every example and for random masks, the descriptor
+lists exactly the tiles with a visible pair, a `full` tile is full, a partial tile is partial and the regions
+its kind names suffice; the CPU model of the kernel's tile loop matches dense attention; the generated mask
+code (compiled for the host) matches the exact mask. Also the CSR's order and size, and huge requests."""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import host_mask
+from descriptor_check import check_descriptor, check_structure
+from mask_gen import random_masks
+from small_configs import SMALL
+
+from maskc.codegen import KernelOptions
+from maskc.compiler import compile_file, compile_text
+from maskc.plan import MAX_DESCRIPTOR_BYTES, PlanError, TileConfig, plan
+from maskc.reference import attention, dense_mask, simulate
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+CONFIGS = [TileConfig(128, 64), TileConfig(16, 8), TileConfig(8, 16)]
+
+
+@lru_cache(maxsize=None)
+def example(name: str):
+    """The compiled example, its small configuration's values and layouts, and their exact masks."""
+    consts, sequences = SMALL[name]
+    compiled = compile_file(EXAMPLES / f"{name}.mask", KernelOptions(), consts)
+    values, layouts = compiled.bind(sequences)
+    masks = [dense_mask(compiled.program, lay, val) for lay, val in zip(layouts, values)]
+    return compiled, values, layouts, masks
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.block_q}x{c.block_k}")
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_descriptor_of_every_example_is_exact(name, config):
+    compiled, values, layouts, masks = example(name)
+    desc = plan(compiled.program, layouts, values, config)
+    assert desc.stats.tiles_conservative == 0
+    check_descriptor(compiled.program, desc, layouts, values, masks)
+
+
+def test_simulated_kernel_matches_dense_attention_on_every_example():
+    rng = np.random.default_rng(0)
+    for name in sorted(SMALL):
+        compiled, values, layouts, masks = example(name)
+        desc = plan(compiled.program, layouts, values, TileConfig(16, 8))
+        check_simulation(compiled.program, desc, layouts, values, masks, rng)
+
+
+def check_simulation(program, desc, layouts, values, masks, rng, d: int = 8):
+    qs = [rng.standard_normal((lay.n, d)).astype(np.float32) for lay in layouts]
+    ks = [rng.standard_normal((lay.n, d)).astype(np.float32) for lay in layouts]
+    vs = [rng.standard_normal((lay.n, d)).astype(np.float32) for lay in layouts]
+    scale = 1 / np.sqrt(d)
+    outs, lses = simulate(program, desc, layouts, values, qs, ks, vs, scale)
+    for b, mask in enumerate(masks):
+        o_ref, lse_ref = attention(qs[b], ks[b], vs[b], mask, scale)
+        assert np.abs(outs[b] - o_ref).max(initial=0) < 1e-4, f"sequence {b}: O differs"
+        empty = ~mask.any(axis=1)
+        assert (outs[b][empty] == 0).all() and np.isneginf(lses[b][empty]).all()
+        assert np.abs(lses[b][~empty] - lse_ref[~empty]).max(initial=0) < 1e-4, f"sequence {b}: LSE differs"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Random masks
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def host_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("host-mask")
+
+
+def compiled_random(case):
+    text, consts, sequences = case
+    try:
+        return compile_text(text, KernelOptions(), consts)
+    except Exception as exc:  # the generator writes valid masks only: any refusal is a bug on one side
+        raise AssertionError(f"the front end refused a generated mask:\n{text}") from exc
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=random_masks(), config=st.sampled_from(CONFIGS), seed=st.integers(0, 2**32 - 1))
+def test_random_masks_plan_exactly(case, config, seed):
+    text, consts, sequences = case
+    compiled = compiled_random(case)
+    values, layouts = compiled.bind(sequences)
+    masks = [dense_mask(compiled.program, lay, val) for lay, val in zip(layouts, values)]
+    desc = plan(compiled.program, layouts, values, config)
+    note = f"\n{text}\nconsts {consts}\nsequences {sequences}\nconfig {config}"
+    try:
+        assert desc.stats.tiles_conservative == 0
+        check_descriptor(compiled.program, desc, layouts, values, masks)
+        check_simulation(compiled.program, desc, layouts, values, masks, np.random.default_rng(seed))
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}{note}") from None
+
+
+@pytest.mark.skipif(host_mask.compiler() is None, reason="needs a C++ compiler")
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(case=random_masks())
+def test_random_masks_generated_code_is_exact(case, host_dir):
+    text, consts, sequences = case
+    compiled = compiled_random(case)
+    lib = host_mask.build(compiled.source, host_dir)
+    desc, tables, layouts = compiled.tables(sequences)
+    values, _ = compiled.bind(sequences)
+    for b, (lay, val) in enumerate(zip(layouts, values)):
+        got = host_mask.evaluate_all(lib, tables, b, lay.n)
+        want = dense_mask(compiled.program, lay, val)
+        if not np.array_equal(got, want):
+            q, k = np.argwhere(got != want)[0]
+            raise AssertionError(f"sequence {b}: the generated code says {got[q, k]} at (q={q}, k={k}), "
+                                 f"the exact mask {want[q, k]}\n{text}\nconsts {consts}\nsequences {sequences}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Structure, size, limits
+# ---------------------------------------------------------------------------------------------------
+
+
+def sliding(n: int, window: int, config=TileConfig()):
+    compiled, _, _, _ = example("sliding_window")
+    values, layouts = compiled.bind([{"n": n, "window": window}])
+    return plan(compiled.program, layouts, values, config)
+
+
+def test_visiting_order_puts_the_longest_rows_first():
+    compiled, values, layouts, _ = example("causal")
+    desc = plan(compiled.program, layouts, values, TileConfig(16, 8))
+    check_structure(desc)
+    counts = np.diff(desc.row_ptr)
+    # Causal: the last query tile of the longer sequence has the most k tiles and runs first.
+    assert (desc.work_seq[0], desc.work_qtile[0]) == (0, 18) and counts[0] == 38
+
+
+def test_query_tiles_without_k_tiles_are_still_work_items():
+    """A query row with no visible key must still be written (zeros, LSE = -inf): its tile is a work item
+    with an empty list."""
+    text = "mask t(a: int = 20)\nsegments:\n    A = a\n    B = n - a\nrules:\n    A -> A   causal\n"
+    compiled = compile_text(text)
+    values, layouts = compiled.bind([{"n": 100}, {"n": 40, "a": 0}])
+    desc = plan(compiled.program, layouts, values, TileConfig(16, 8))
+    check_structure(desc)
+    counts = dict(zip(zip(desc.work_seq.tolist(), desc.work_qtile.tolist()), np.diff(desc.row_ptr).tolist()))
+    assert len(counts) == 7 + 3
+    assert counts[(0, 0)] == 2 and counts[(0, 1)] == 3 and all(counts[(0, t)] == 0 for t in range(2, 7))
+    assert all(counts[(1, t)] == 0 for t in range(3))
+
+
+def test_descriptor_memory_is_linear_in_the_tiles_visited():
+    desc = sliding(1 << 20, 256)
+    work, visited = len(desc.work_seq), len(desc.k_tile)
+    assert work == (1 << 20) // 128 and visited <= 6 * work
+    assert desc.nbytes <= 12 * work + 4 + 8 * visited
+    assert desc.stats.tiles_total == work * (1 << 20) // 64  # the dense count, never materialised
+
+
+def test_planning_memory_stays_proportional_to_the_visited_tiles():
+    sliding(1 << 16, 256)  # warm up imports and caches
+    tracemalloc.start()
+    try:
+        desc = sliding(1 << 22, 256)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # 2^31 tiles in all; 32768 query tiles visiting ~5 k tiles each.
+    assert len(desc.k_tile) < 6 * len(desc.work_seq)
+    assert peak < 200 * 2**20, f"planning a sparse 4M-token sequence peaked at {peak / 2**20:.0f} MiB"
+
+
+def test_a_huge_request_is_refused_quickly_without_allocating_gigabytes():
+    compiled, _, _, _ = example("full")
+    values, layouts = compiled.bind([{"n": 2_000_000_000}])
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        with pytest.raises(PlanError, match="1 GiB"):
+            plan(compiled.program, layouts, values, TileConfig())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert time.perf_counter() - start < 2.0
+    assert peak < 256 * 2**20, f"refusing the request took {peak / 2**20:.0f} MiB"
+
+
+def test_a_descriptor_just_under_the_limit_is_allowed_and_over_is_refused():
+    # Dense attention: visited tiles = q tiles x k tiles; 8 bytes each (k tile, kind).
+    compiled, _, _, _ = example("full")
+    limit_tiles = MAX_DESCRIPTOR_BYTES // 8
+    n_over = int(np.ceil(np.sqrt(limit_tiles * 128 * 64))) + 8192
+    values, layouts = compiled.bind([{"n": n_over}])
+    with pytest.raises(PlanError):
+        plan(compiled.program, layouts, values, TileConfig())
+    values, layouts = compiled.bind([{"n": 65536}])
+    desc = plan(compiled.program, layouts, values, TileConfig())
+    assert len(desc.k_tile) == 512 * 1024 and (desc.kind == 0).all()
+
+
+def test_tables_with_different_shapes_per_sequence():
+    """block_sparse over a jagged batch: each sequence has its own layout table, of its own size."""
+    compiled, _, _, _ = example("block_sparse")
+    rng = np.random.default_rng(1)
+    sequences = [{"n": 300, "layout": rng.random((3, 3)) < 0.5}, {"n": 500, "layout": rng.random((4, 2)) < 0.5},
+                 {"n": 129, "layout": np.zeros((0, 0), bool)}]
+    values, layouts = compiled.bind(sequences)
+    for config in CONFIGS:
+        desc = plan(compiled.program, layouts, values, config)
+        check_descriptor(compiled.program, desc, layouts, values)
