@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .. import ir
+from ..diagnostics import MaskError
 from ..evaluate import Env, evaluate
+from ..ranges import static_range
 
 
 def inline_consts(program: ir.Program) -> ir.Program:
@@ -48,6 +50,10 @@ def simplify(e: ir.Expr) -> ir.Expr:
         kids = ir.children(node)
         # Anything whose children are all constants (and reads no list) is evaluated now.
         if kids and all(_is_const(c) for c in kids) and not isinstance(node, (ir.Index, ir.Ancestor)):
+            try:
+                static_range(node, None)  # exact on constants: int64 arithmetic must not wrap here
+            except MaskError:
+                return node  # reported by check_ranges at its source position
             try:
                 value = evaluate(node, Env())
             except ZeroDivisionError:
