@@ -1,0 +1,229 @@
+"""The optimisation passes (maskc.passes), each on hand-written masks: constant folding, decisions the layout's
+order settles, dropping, merging, deduplication and subsumption; verify() after every pass of every example;
+and the one property every pass must keep: the exact mask does not change."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from mask_gen import random_masks
+from small_configs import SMALL
+
+from maskc import ir
+from maskc.compiler import bind_consts
+from maskc.frontend import read_file, read_program
+from maskc.layout import bind_sequence, concrete_layout
+from maskc.passes import PIPELINE, run_pipeline, verify
+from maskc.passes.fold import fold_constants, inline_consts
+from maskc.passes.layout_order import decide_by_layout_order
+from maskc.passes.merge import drop_empty_regions, merge_regions
+from maskc.passes.verify import VerifyError
+from maskc.reference import dense_mask
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def lowered(rules: str, segments: str = "S = n", params: str = "w: int = 4, flag: bool = true",
+            consts: dict | None = None) -> ir.Program:
+    text = (f"mask t({params})\nsegments:\n" + "".join(f"    {s}\n" for s in segments.split(";")) +
+            "rules:\n" + "".join(f"    {r}\n" for r in rules.split(";")))
+    return bind_consts(read_program(text), consts or {})
+
+
+def preds(program: ir.Program) -> list[str]:
+    return [ir.show(r.pred) for r in program.regions]
+
+
+def sides(program: ir.Program) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    return [(r.q.segments, r.k.segments) for r in program.regions]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Constant folding
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where, folded", [
+    ("q < 2 + 3 * 4", "q < 14"),
+    ("q - k < -7 // 2", "q - k < -4"),
+    ("q - k < -7 % 2 + 2^3", "q - k < 9"),
+    ("q + 0 < k * 1 - 0", "q < k"),
+    ("0 + q < 1 * k // 1", "q < k"),
+    ("not (q < k)", "q >= k"),
+    ("not not (q == k)", "q == k"),
+    ("not flag", "not flag"),
+    ("true and q < k", "q < k"),
+    ("false or q < k", "q < k"),
+    ("q < k or true", "true"),
+    ("q < k and q < k", "q < k"),
+    ("(q < k and k > 2) and q != 3", "q < k and k > 2 and q != 3"),
+    ("q - k == q - k", "true"),
+    ("abs(-3) + min(4, 2, 9) + max(-1, -5) + clamp(12, 0, 10) < q", "14 < q"),
+    ("q < w", "q < w"),
+])
+def test_constant_folding(where, folded):
+    program = fold_constants(lowered(f"S -> S   where {where}"))
+    assert preds(program) == [folded]
+
+
+def test_a_rule_folded_to_false_is_dropped_and_one_folded_to_true_is_full():
+    program = run_pipeline(lowered("S -> S   where q < k and 1 > 2;S -> S   causal where 3 >= 3"), check=True)
+    assert preds(program) == ["k <= q"]
+
+
+def test_const_parameters_are_inlined_and_folded():
+    program = lowered("S -> S   where q - k < w * 2 and flag", params="const w: int = 4, const flag: bool = true")
+    assert "w" in ir.params_used(program.regions[0].pred)
+    program = fold_constants(inline_consts(program))
+    assert preds(program) == ["q - k < 8"]
+    program = lowered("S -> S   where q - k < w * 2 and flag", params="const w: int = 4, const flag: bool = true",
+                      consts={"w": 10, "flag": False})
+    assert run_pipeline(program, check=True).regions == ()
+
+
+def test_a_zero_divisor_is_left_for_the_planner_to_report():
+    program = fold_constants(lowered("S -> S   where q // 0 < k"))
+    assert preds(program) == ["q // 0 < k"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Decisions the layout's order settles
+# ---------------------------------------------------------------------------------------------------
+
+ORDERED = "P = w;R[i] = L[i];T = n - w - sum(L)"
+ORDERED_PARAMS = "w: int = 4, L: [int] = [2, 3]"
+
+
+def test_causal_towards_an_earlier_segment_becomes_full():
+    program = run_pipeline(lowered("R[i] -> P   causal;T -> P|R   causal", ORDERED, ORDERED_PARAMS), check=True)
+    assert sides(program) == [(("R",), ("P",)), (("T",), ("P", "R"))] and preds(program) == ["true", "true"]
+
+
+def test_layout_order_decides_comparisons_of_q_and_k_only():
+    program = decide_by_layout_order(lowered(
+        "R[i] -> P   causal where q - k < w;T -> P   where k < q and k >= q - w;P -> T   where k > q and q != k",
+        ORDERED, ORDERED_PARAMS))
+    assert preds(program) == ["q - k < w", "k >= q - w", "true"]
+    # The same rules inside one segment (or a family with itself) decide nothing.
+    program = decide_by_layout_order(lowered("P -> P   causal;R[i] -> R[j]   causal where j < i", ORDERED,
+                                             ORDERED_PARAMS))
+    assert preds(program) == ["k <= q", "k <= q and k.member < q.member"]
+
+
+def test_diag_between_ordered_segments_is_dropped():
+    program = run_pipeline(lowered("T -> P   diag;P -> T   diag;P -> R   causal;T -> T   diag", ORDERED,
+                                   ORDERED_PARAMS), check=True)
+    assert sides(program) == [(("T",), ("T",))] and preds(program) == ["k == q"]
+
+
+def test_the_example_masks_lose_what_their_layout_decides():
+    hstu = run_pipeline(bind_consts(read_file(EXAMPLES / "hstu.mask"), {}), check=True)
+    assert [(r.q.segments, r.k.segments, ir.show(r.pred)) for r in hstu.regions] == [
+        (("H",), ("H",), "k <= q"), (("T",), ("H",), "true"), (("T",), ("T",), "k == q")]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Merging, deduplication, subsumption
+# ---------------------------------------------------------------------------------------------------
+
+ABC = "A = 3;B = w;C = n - 3 - w"
+
+
+def test_regions_with_the_same_predicate_and_k_side_merge():
+    program = merge_regions(lowered("A -> B   where q - k < w;C -> B   where q - k < w", ABC))
+    assert sides(program) == [(("A", "C"), ("B",))] and preds(program) == ["q - k < w"]
+    assert "A -> B" in program.regions[0].rule and "C -> B" in program.regions[0].rule
+    # and with the same q side, along k
+    program = merge_regions(lowered("A -> C   where q + k < w;A -> A|B   where q + k < w", ABC))
+    assert sides(program) == [(("A",), ("A", "B", "C"))]
+
+
+def test_regions_that_differ_or_look_inside_segments_do_not_merge():
+    program = merge_regions(lowered("A -> B   where q - k < w;C -> B   where q - k <= w", ABC))
+    assert len(program.regions) == 2
+    program = merge_regions(lowered("A -> B   where q.pos < w;C -> B   where q.pos < w", ABC))
+    assert sides(program) == [(("A",), ("B",)), (("C",), ("B",))]
+    # q.pos only pins the q side: merging along k is still exact
+    program = merge_regions(lowered("A -> A   where q.pos < w;A -> C   where q.pos < w", ABC))
+    assert sides(program) == [(("A",), ("A", "C"))]
+    program = merge_regions(lowered("A -> B   where q < k;C -> A   where q < k", ABC))
+    assert len(program.regions) == 2
+
+
+def test_duplicate_rules_become_one_region():
+    program = run_pipeline(lowered("A -> B   where q - k < w;A -> B   where (q - k < w);A -> B   where q - k < w",
+                                   ABC), check=True)
+    assert sides(program) == [(("A",), ("B",))] and preds(program) == ["q - k < w"]
+
+
+def test_a_full_region_subsumes_what_it_covers():
+    program = run_pipeline(lowered("A -> A|B   causal;A|C -> *   full;B -> A   where q < w", ABC), check=True)
+    assert sides(program) == [(("A", "C"), ("A", "B", "C")), (("B",), ("A",))]
+    assert preds(program) == ["true", "q < w"]
+    program = run_pipeline(lowered("* -> *   full;A -> B   causal;C -> C   where q < w", ABC), check=True)
+    assert sides(program) == [(("A", "B", "C"), ("A", "B", "C"))] and preds(program) == ["true"]
+
+
+def test_drop_empty_regions():
+    program = lowered("A -> B   where q < w;A -> C   full", ABC)
+    program = replace(program, regions=(replace(program.regions[0], pred=ir.FALSE), program.regions[1]))
+    assert sides(drop_empty_regions(program)) == [(("A",), ("C",))]
+
+
+# ---------------------------------------------------------------------------------------------------
+# verify, on every example after every pass; and what it catches
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_every_pass_keeps_the_invariants_and_the_mask_of_every_example(name):
+    consts, sequences = SMALL[name]
+    program = bind_consts(read_file(EXAMPLES / f"{name}.mask"), consts)
+    seen = []
+    optimised = run_pipeline(program, check=True, observe=lambda step, p: seen.append(step))
+    assert seen == ["lowered"] + [step for step, _ in PIPELINE]
+    assert run_pipeline(optimised, check=True) == optimised  # a fixed point
+    assert_same_masks(program, optimised, sequences)
+
+
+def assert_same_masks(before: ir.Program, after: ir.Program, sequences) -> None:
+    for given in sequences:
+        masks = []
+        for program in (before, after):
+            values = bind_sequence(program, given)
+            masks.append(dense_mask(program, concrete_layout(program, values), values))
+        assert np.array_equal(*masks), f"the passes changed the mask for {given}"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=random_masks())
+def test_the_passes_keep_the_mask_of_random_masks(case):
+    text, consts, sequences = case
+    program = bind_consts(read_program(text), consts)
+    assert_same_masks(program, run_pipeline(program, check=True), sequences)
+
+
+def test_verify_catches_broken_invariants():
+    program = lowered("A -> B   where q < w;C -> C   causal", ABC)
+    verify(program)
+    r0 = program.regions[0]
+    broken = [replace(program, segments=program.segments + program.segments[:1])] + [
+        replace(program, regions=(replace(r0, **change),)) for change in (
+            {"q": ir.Side(("C", "A"))},  # not in layout order
+            {"q": ir.Side(())},  # empty
+            {"k": ir.Side(("Nope",))},  # unknown
+            {"pred": ir.Compare("<", ir.Token("q", "y"), ir.Const(1))},  # grid coordinates off a grid
+            {"pred": ir.Compare("<", ir.FamilyIndex(), ir.Const(1))},  # a family index outside a length
+        )]
+    for bad in broken:
+        with pytest.raises(VerifyError):
+            verify(bad, after="test")
+    with_const = lowered("A -> B   where q < w", ABC, params="const w: int = 4")
+    verify(with_const, after="lowered")
+    with pytest.raises(VerifyError, match="not inlined"):
+        verify(with_const, after="fold-constants")
