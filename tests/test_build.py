@@ -1,0 +1,110 @@
+"""The build (maskc.build): every example compiled by NVRTC to a cubin for sm_80 and sm_90 (no GPU needed),
+the content-addressed cache, MASKC_CACHE_DIR, and a source NVRTC rejects reported as a BuildError naming the
+dumped .cu. Each example compiles once per architecture, two at a time (NVRTC releases the GIL)."""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from small_configs import SMALL
+
+from maskc import build
+from maskc.build import BuildError, compile_source
+from maskc.codegen import KernelOptions
+from maskc.compiler import compile_file, compile_text
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+ARCHS = ("sm_80", "sm_90")
+ELF = b"\x7fELF"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    root = tmp_path_factory.mktemp("maskc-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MASKC_CACHE_DIR", str(root))
+        yield root
+
+
+@pytest.fixture(scope="module")
+def cubins(cache):
+    """(example, arch) -> cubin path, every example compiled once per architecture."""
+    jobs = {(name, arch): compile_file(EXAMPLES / f"{name}.mask", KernelOptions(arch=arch), SMALL[name][0])
+            for name in sorted(SMALL) for arch in ARCHS}
+    with ThreadPoolExecutor(max_workers=max(2, min(4, os.cpu_count() or 1))) as pool:
+        paths = dict(zip(jobs, pool.map(lambda c: c.build().path, jobs.values())))
+    return paths
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_every_example_compiles_to_a_cubin(name, arch, cubins, cache):
+    path = cubins[(name, arch)]
+    assert path.suffix == ".cubin" and path.is_relative_to(cache)
+    data = path.read_bytes()
+    assert data[:4] == ELF and len(data) > 1000
+
+
+def test_architectures_get_different_cubins(cubins):
+    assert cubins[("causal", "sm_80")] != cubins[("causal", "sm_90")]
+    assert cubins[("causal", "sm_80")].read_bytes() != cubins[("causal", "sm_90")].read_bytes()
+
+
+def test_a_second_compile_hits_the_cache(cubins, cache):
+    c = compile_file(EXAMPLES / "hstu.mask", KernelOptions(arch="sm_80"))
+    first = cubins[("hstu", "sm_80")]
+    before = first.stat().st_mtime_ns
+    start = time.perf_counter()
+    again = compile_source(c.source, "sm_80", name="other-name.cu")  # the name is not part of the key
+    assert time.perf_counter() - start < 0.2
+    assert again.path == first and again.path.stat().st_mtime_ns == before
+    assert again.kind == "cubin"
+    # The cache is keyed by content: another source (one byte more) is another file.
+    other = compile_source(c.source + "\n", "sm_80")
+    assert other.path != first and other.path.read_bytes()[:4] == ELF
+
+
+def test_the_cache_directory_comes_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("MASKC_CACHE_DIR", str(tmp_path / "mine"))
+    assert build.cache_dir() == tmp_path / "mine"
+    monkeypatch.delenv("MASKC_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert build.cache_dir() == tmp_path / "xdg" / "maskc"
+
+
+def test_ptx_on_request(cache):
+    c = compile_text("mask t(n: int = 8)\nsegments:\n    S = n\nrules:\n    S -> S   causal\n")
+    art = compile_source(c.source, "sm_80", emit="ptx")
+    text = art.path.read_text()
+    assert art.kind == "ptx" and art.path.is_relative_to(cache) and ".target sm_80" in text and "\x00" not in text
+    with pytest.raises(ValueError, match="emit"):
+        compile_source(c.source, "sm_80", emit="fatbin")
+
+
+def test_a_source_nvrtc_rejects_is_a_build_error_naming_the_dumped_source(tmp_path, monkeypatch):
+    monkeypatch.setenv("MASKC_CACHE_DIR", str(tmp_path))
+    garbage = "this is not CUDA { at all\n"
+    with pytest.raises(BuildError) as info:
+        compile_source(garbage, "sm_80", name="broken.cu")
+    err = info.value
+    assert err.dumped is not None and err.dumped.suffix == ".cu" and err.dumped.is_relative_to(tmp_path)
+    assert err.dumped.read_text() == garbage
+    assert str(err.dumped) in str(err) and "maskc bug" in str(err)
+    assert err.log and "error" in err.log
+    # Nothing was cached: no cubin, no log, and a second try fails the same way.
+    assert not list(tmp_path.rglob("*.cubin"))
+    with pytest.raises(BuildError):
+        compile_source(garbage, "sm_80")
+
+
+def test_list_reads_in_arithmetic_compile(cache):
+    """A regression (the generated kernel called ambiguous overloads on 64-bit list reads)."""
+    c = compile_text("mask t(w: int = 2, L: [int] = [])\nsegments:\n    S = n\nrules:\n"
+                     "    S -> S   where 0 <= L[q] % (-5) < w or min(L[k], 3) == max(L[q], -1)\n",
+                     KernelOptions(arch="sm_80"))
+    assert c.cubin.read_bytes()[:4] == ELF
