@@ -1,0 +1,112 @@
+"""The Python API's checks that need no GPU (maskc.runtime): inputs that are not tensors, per-sequence
+runtime values (broadcast or one per sequence), options; with torch installed, tensors on the wrong device.
+The launch itself is tested on the GPU machine (tests/gpu)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import maskc
+from maskc.codegen import KernelOptions
+from maskc.runtime import Attention, _host_ints, _is_per_sequence, split_options
+
+SHARED_PROMPT = """mask sp(n: int = 64, responses: [int] = [8, 8], bonus: int = 0, table: [[bool]] = [[true]],
+        const w: int = 4)
+segments:
+    P    = n - sum(responses)
+    R[i] = responses[i]
+rules:
+    P    -> P      causal where q - k < w + bonus or table[q // 16][k // 16]
+    R[i] -> P      full
+    R[i] -> R[i]   causal
+"""
+
+
+@pytest.fixture(scope="module")
+def attn() -> Attention:
+    return maskc.loads(SHARED_PROMPT, head_dim=64, dtype="fp16", arch="sm_80")
+
+
+def test_loads_splits_kernel_options_from_const_values(attn):
+    assert attn.compiled.options == KernelOptions(head_dim=64, dtype="fp16", arch="sm_80")
+    assert dict(attn.program.consts) == {"w": 4}
+    assert "sp" in repr(attn) and "head_dim=64" in repr(attn) and "fp16" in repr(attn)
+    other = maskc.loads(SHARED_PROMPT, w=9, arch="sm_80")
+    assert dict(other.program.consts) == {"w": 9} and other.compiled.options.head_dim == 128
+    options, consts = split_options({"head_dim": 64, "w": 3})
+    assert options.arch == "sm_90" and consts == {"w": 3}  # no GPU here: the most common target
+
+
+def test_numpy_arrays_are_not_tensors(attn):
+    q = np.zeros((1, 64, 2, 64), dtype=np.float16)
+    with pytest.raises(ValueError, match="q must be a torch tensor or a CuPy array, got ndarray"):
+        attn(q, q, q)
+    with pytest.raises(ValueError):
+        attn([[0.0]], q, q)
+
+
+def test_scalars_and_lists_are_broadcast_to_every_sequence(attn):
+    seqs = attn.sequences([64, 40, 16], {"bonus": 3, "responses": [4, 4], "table": [[True, False]]})
+    assert [s["n"] for s in seqs] == [64, 40, 16]
+    assert all(s["bonus"] == 3 and s["responses"] == [4, 4] and s["table"] == [[True, False]] for s in seqs)
+    seqs = attn.sequences([64, 40], {"responses": []})
+    assert [s["responses"] for s in seqs] == [[], []]
+
+
+def test_one_value_per_sequence(attn):
+    seqs = attn.sequences([64, 40, 16], {"bonus": [1, 2, 3], "responses": [[8], [], [2, 2, 2]],
+                                         "table": [[[True]], [[False, True]], np.zeros((0, 0), bool)]})
+    assert [s["bonus"] for s in seqs] == [1, 2, 3]
+    assert [s["responses"] for s in seqs] == [[8], [], [2, 2, 2]]
+    assert [np.asarray(s["table"]).shape for s in seqs] == [(1, 1), (1, 2), (0, 0)]
+    seqs = attn.sequences([64, 40], {"bonus": np.array([5, 6]), "responses": [[], [1]]})
+    assert [int(s["bonus"]) for s in seqs] == [5, 6] and [s["responses"] for s in seqs] == [[], [1]]
+    # The values reach planning: each sequence is laid out with its own.
+    desc, _, layouts = attn.compiled.tables(seqs)
+    assert [lay.n for lay in layouts] == [64, 40] and [len(lay.starts) for lay in layouts] == [1, 2]
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"bonus": [1, 2, 3]}, "'bonus' has 3 values for 2 sequences"),
+    ({"responses": [[1], [2], [3]]}, "'responses' has 3 values for 2 sequences"),
+    ({"radius": 3}, "unknown runtime parameter 'radius'"),
+    ({"n": 5}, "unknown runtime parameter 'n'"),
+    ({"w": 5}, "'w' is const"),
+])
+def test_bad_runtime_values_are_value_errors(attn, params, message):
+    with pytest.raises(ValueError, match=message):
+        attn.sequences([64, 40], params)
+
+
+def test_values_that_do_not_fit_the_mask_are_value_errors_naming_them(attn):
+    for params in ({"responses": [40, 40]}, {"bonus": 2**31}, {"bonus": 1.5}, {"responses": [[1, 2], 3]}):
+        with pytest.raises(ValueError) as info:
+            attn.compiled.tables(attn.sequences([64, 40], params))
+        assert "responses" in str(info.value) or "bonus" in str(info.value)
+
+
+def test_per_sequence_detection():
+    assert not _is_per_sequence(3, 0) and _is_per_sequence([3, 4], 0) and _is_per_sequence(np.array([1]), 0)
+    assert not _is_per_sequence([3, 4], 1) and not _is_per_sequence([], 1) and _is_per_sequence([[], [1]], 1)
+    assert not _is_per_sequence([[True]], 2) and _is_per_sequence([[[True]]], 2)
+    assert not _is_per_sequence(np.zeros((2, 3)), 2) and _is_per_sequence(np.zeros((2, 2, 3)), 2)
+
+
+def test_cu_seqlens_must_be_one_dimensional_integers():
+    assert _host_ints(np.array([0, 3, 7], np.int32), "cu_seqlens").tolist() == [0, 3, 7]
+    assert _host_ints([0, 5], "cu_seqlens").dtype == np.int64
+    assert _host_ints(None, "cu_seqlens") is None
+    for bad in (np.zeros((2, 2), np.int32), np.array([0.0, 3.0]), [[0, 1]]):
+        with pytest.raises(ValueError, match="cu_seqlens must be a 1-D integer array"):
+            _host_ints(bad, "cu_seqlens")
+
+
+def test_torch_tensors_on_the_cpu_are_refused(attn):
+    torch = pytest.importorskip("torch")
+    q = torch.zeros((1, 64, 2, 64), dtype=torch.float16)
+    with pytest.raises(ValueError, match="q is on cpu; maskc needs CUDA tensors"):
+        attn(q, q, q)
+    assert _host_ints(torch.tensor([0, 4, 9], dtype=torch.int32), "cu_seqlens").tolist() == [0, 4, 9]
+    with pytest.raises(ValueError):
+        _host_ints(torch.zeros(3), "cu_seqlens")
