@@ -122,6 +122,10 @@ def test_random_masks_generated_code_is_exact(case, host_dir):
             q, k = np.argwhere(got != want)[0]
             raise AssertionError(f"sequence {b}: the generated code says {got[q, k]} at (q={q}, k={k}), "
                                  f"the exact mask {want[q, k]}\n{text}\nconsts {consts}\nsequences {sequences}")
+        for side, size in (("q", compiled.options.block_q), ("k", compiled.options.block_k)):
+            count = int(desc.blocks.tiles(side)[b])
+            assert np.array_equal(host_mask.tokens(lib, tables, b, side, count, size),
+                                  desc.tokens(side, b, np.arange(count))), f"{side}_token differs\n{text}"
 
 
 # ---------------------------------------------------------------------------------------------------
