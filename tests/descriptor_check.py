@@ -35,9 +35,10 @@ def check_structure(desc) -> None:
     assert desc.stats.tiles_full == int(np.count_nonzero(desc.kind == 0))
 
 
-def check_descriptor(program, desc, layouts, values, masks=None) -> None:
+def check_descriptor(program, desc, layouts, values, masks=None, exact: bool = True) -> None:
     """Assert that `desc` lists exactly the tiles with a visible pair, with exact kinds, and that the region
-    bits of every partial tile suffice."""
+    bits of every partial tile suffice. With `exact=False` (the planner ran out of refinement budget), only
+    soundness: every tile with a visible pair is listed, and every full tile is full."""
     check_structure(desc)
     regions = len(program.regions)
     bt = desc.blocks
@@ -66,7 +67,7 @@ def check_descriptor(program, desc, layouts, values, masks=None) -> None:
         skipped = np.argwhere((listed < 0) & (visible > 0))
         assert not len(skipped), f"{where}: tiles with visible pairs not listed (q tile, k tile): {skipped[:5].tolist()}"
         empty = np.argwhere((listed >= 0) & (visible == 0))
-        assert not len(empty), f"{where}: listed tiles without a visible pair: {empty[:5].tolist()}"
+        assert not (exact and len(empty)), f"{where}: listed tiles without a visible pair: {empty[:5].tolist()}"
         full = listed == 0
         not_full = np.argwhere(full & (hidden > 0))
         assert not len(not_full), f"{where}: 'full' tiles with hidden pairs: {not_full[:5].tolist()}"
@@ -74,7 +75,7 @@ def check_descriptor(program, desc, layouts, values, masks=None) -> None:
         assert not len(ragged), f"{where}: 'full' tiles with k slots without a token: {ragged[:5].tolist()}"
         partial = np.argwhere(listed > 0)
         really_full = partial[hidden[partial[:, 0], partial[:, 1]] == 0]
-        assert not len(really_full), f"{where}: 'partial' tiles that are full: {really_full[:5].tolist()}"
+        assert not (exact and len(really_full)), f"{where}: 'partial' tiles that are full: {really_full[:5].tolist()}"
         assert (listed < (1 << regions)).all(), f"{where}: kinds name regions that do not exist"
         if len(partial):
             # The regions a partial tile names give the same visible set as all regions.

@@ -27,6 +27,7 @@ from maskc.reference import attention, dense_mask, simulate
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 CONFIGS = [TileConfig(128, 64), TileConfig(16, 8), TileConfig(8, 16)]
+UNLIMITED = 1 << 40  # a refinement budget that never runs out: the descriptor must be exact
 
 
 @lru_cache(maxsize=None)
@@ -46,6 +47,15 @@ def test_descriptor_of_every_example_is_exact(name, config):
     desc = plan(compiled.program, layouts, values, config)
     assert desc.stats.tiles_conservative == 0
     check_descriptor(compiled.program, desc, layouts, values, masks)
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_without_refinement_budget_the_descriptor_stays_sound(name):
+    """Tiles the budget leaves unrefined stay partial: slower, never wrong."""
+    compiled, values, layouts, masks = example(name)
+    for config in CONFIGS:
+        desc = plan(compiled.program, layouts, values, config, refine_budget=0)
+        check_descriptor(compiled.program, desc, layouts, values, masks, exact=False)
 
 
 def test_simulated_kernel_matches_dense_attention_on_every_example():
@@ -95,7 +105,7 @@ def test_random_masks_plan_exactly(case, config, seed):
     compiled = compiled_random(case)
     values, layouts = compiled.bind(sequences)
     masks = [dense_mask(compiled.program, lay, val) for lay, val in zip(layouts, values)]
-    desc = plan(compiled.program, layouts, values, config)
+    desc = plan(compiled.program, layouts, values, config, refine_budget=UNLIMITED)
     note = f"\n{text}\nconsts {consts}\nsequences {sequences}\nconfig {config}"
     try:
         assert desc.stats.tiles_conservative == 0
@@ -126,6 +136,60 @@ def test_random_masks_generated_code_is_exact(case, host_dir):
             count = int(desc.blocks.tiles(side)[b])
             assert np.array_equal(host_mask.tokens(lib, tables, b, side, count, size),
                                   desc.tokens(side, b, np.arange(count))), f"{side}_token differs\n{text}"
+
+
+# Random runtime values for every example (const values as in small_configs): the real workloads at odd
+# sizes, empty segments, negative windows and divisors.
+
+def _rest(**fixed):
+    """Values with n = the fixed segments' tokens + a random rest."""
+    return st.fixed_dictionaries(fixed).flatmap(lambda v: st.integers(0, 120).map(
+        lambda rest: {**v, "n": rest + sum(x if isinstance(x, int) else sum(x) for k, x in v.items()
+                                           if k in ("global_tokens", "targets", "context", "prefix", "sinks",
+                                                    "responses"))}))
+
+
+_N = st.integers(0, 300)
+_DOCS = st.lists(st.integers(0, 60), max_size=5)
+_TREE = st.integers(0, 20).flatmap(lambda size: st.tuples(*[st.integers(-1, x - 1) for x in range(size)]).map(list))
+_TABLE = st.tuples(st.integers(0, 6), st.integers(0, 6)).flatmap(
+    lambda rc: st.lists(st.lists(st.booleans(), min_size=rc[1], max_size=rc[1]), min_size=rc[0], max_size=rc[0]))
+_NONZERO = st.integers(-4, 6).filter(bool)
+EXAMPLE_VALUES = {
+    "block_sparse": st.fixed_dictionaries({"n": st.integers(0, 700), "layout": _TABLE}),
+    "causal": st.fixed_dictionaries({"n": _N}),
+    "chunked_causal": st.fixed_dictionaries({"n": _N, "chunk": st.integers(-40, 80).filter(bool)}),
+    "clear": st.fixed_dictionaries({"r": st.integers(-2, 9)}),
+    "clear_text": st.fixed_dictionaries({"text": st.integers(0, 40), "r": st.integers(-1, 9)}),
+    "dilated_window": st.fixed_dictionaries({"n": _N, "window": st.integers(-3, 40), "dilation": _NONZERO}),
+    "document": st.fixed_dictionaries({"docs": _DOCS}),
+    "full": st.fixed_dictionaries({"n": _N}),
+    "global_window": _rest(global_tokens=st.integers(0, 20), radius=st.integers(-2, 40)),
+    "hstu": _rest(targets=st.integers(0, 50)),
+    "hstu_jagged": _rest(context=st.integers(0, 10), targets=st.integers(0, 30)),
+    "natten2d": st.fixed_dictionaries({"kernel": st.integers(-1, 9), "d": st.sampled_from([-2, -1, 1, 2, 3])}),
+    "prefix_lm": _rest(prefix=st.integers(0, 60)),
+    "rm_shared": st.fixed_dictionaries({"prompt": st.integers(0, 60), "responses": _DOCS}),
+    "shared_prompt": _rest(responses=_DOCS),
+    "sinks_window": _rest(sinks=st.integers(0, 10), window=st.integers(-2, 50)),
+    "sliding_window": st.fixed_dictionaries({"n": _N, "window": st.integers(-2, 60)}),
+    "tree": _TREE.flatmap(lambda parent: st.integers(0, 80).map(lambda rest: {"parent": parent,
+                                                                             "n": len(parent) + rest})),
+    "video3d": st.fixed_dictionaries({"rt": st.integers(-1, 3), "ry": st.integers(-1, 4), "rx": st.integers(-1, 5)}),
+}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data(), name=st.sampled_from(sorted(SMALL)), config=st.sampled_from(CONFIGS))
+def test_examples_with_random_values_plan_exactly(data, name, config):
+    compiled = example(name)[0]
+    sequences = data.draw(st.lists(EXAMPLE_VALUES[name], min_size=1, max_size=3), label="sequences")
+    values, layouts = compiled.bind(sequences)
+    masks = [dense_mask(compiled.program, lay, val) for lay, val in zip(layouts, values)]
+    desc = plan(compiled.program, layouts, values, config, refine_budget=UNLIMITED)
+    assert desc.stats.tiles_conservative == 0
+    check_descriptor(compiled.program, desc, layouts, values, masks)
+    check_simulation(compiled.program, desc, layouts, values, masks, np.random.default_rng(0))
 
 
 # ---------------------------------------------------------------------------------------------------
