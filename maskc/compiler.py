@@ -98,20 +98,32 @@ class CompiledMask:
 
     def tables(self, sequences: list[dict[str, object]], token_offsets: np.ndarray | None = None
                ) -> tuple[Descriptor, KernelTables, list[ConcreteLayout]]:
-        """Descriptor and kernel tables for these runtime values; cached by value (no recompiling ever)."""
-        values, layouts = self.bind(sequences)
-        offsets = np.zeros(len(layouts), dtype=np.int64) if token_offsets is None else np.asarray(token_offsets, np.int64)
-        key = (tuple(v.key() for v in values), offsets.tobytes())
+        """Descriptor and kernel tables for these runtime values; cached by the values as given, so that a
+        repeated call costs a lookup, not a layout of every sequence (changing a value never recompiles)."""
+        offsets = np.zeros(len(sequences), dtype=np.int64) if token_offsets is None else np.asarray(token_offsets, np.int64)
+        key = (tuple(_frozen(s) for s in sequences), offsets.tobytes())
         hit = self._plans.get(key)
         if hit is not None:
             self._plans.move_to_end(key)
             return hit
+        values, layouts = self.bind(sequences)
         desc = plan(self.program, layouts, values, self.tiles)
         result = (desc, kernel_tables(self.code, desc, layouts, values, offsets), layouts)
         self._plans[key] = result
         if len(self._plans) > PLAN_CACHE_SIZE:
             self._plans.popitem(last=False)
         return result
+
+
+def _frozen(value) -> object:
+    """A hashable form of runtime values that keeps types apart (True is not 1, 1 is not 1.0)."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, np.ndarray):
+        return ("ndarray", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, (list, tuple)):
+        return ("list", tuple(_frozen(v) for v in value))
+    return (type(value).__name__, value)
 
 
 def compile_program(program: ir.Program, options: KernelOptions = KernelOptions(),
