@@ -21,9 +21,9 @@ import jinja2
 
 from . import __version__, ir
 from .diagnostics import error
+from .layout import MAX_FAMILY_MEMBERS, layout_uses_n
 from .ranges import Range, static_range
 from .resources import resource_dir
-from .layout import MAX_FAMILY_MEMBERS, layout_uses_n
 from .tiling import tiling_for
 
 MAX_REGIONS = 32
@@ -98,6 +98,8 @@ class MaskCode:
     regions: list[RegionCode] = field(default_factory=list)
     lookup_q: bool = False
     lookup_k: bool = False
+    # Token facts the mask reads, per side: "pos", "member", "grid:NAME" (its coordinates).
+    token_fields: dict[str, set[str]] = field(default_factory=lambda: {"q": set(), "k": set()})
 
     @property
     def kind_type(self) -> str:
@@ -150,8 +152,7 @@ class _Builder:
         self.arrays_seen: dict[str, int] = {}
         self.row_hoisted: dict[tuple, str] = {}
         self.col_hoisted: dict[tuple, str] = {}
-        self.token_fields: dict[str, set[str]] = {"q": set(), "k": set()}
-        self.grid_of: dict[tuple[int, str], str] = {}  # (region, side) -> grid segment name
+        self.token_fields = self.code.token_fields
 
     def is_bool(self, e: ir.Expr) -> bool:
         if isinstance(e, _BOOL_NODES) or (isinstance(e, ir.Unary) and e.op == "not"):
@@ -325,7 +326,6 @@ def mask_code(program: ir.Program) -> MaskCode:
         b.code.lookup_q = True
     if b.token_fields["k"] & {"pos", "member"} or any(f.startswith("grid:") for f in b.token_fields["k"]):
         b.code.lookup_k = True
-    b.code.token_fields = b.token_fields  # type: ignore[attr-defined]
     return b.code
 
 
@@ -355,7 +355,7 @@ def _grids(program: ir.Program, code: MaskCode) -> dict[str, list[dict]]:
     """Per side, the grid segments whose coordinates the mask reads, with their dimensions as C code."""
     out: dict[str, list[dict]] = {"q": [], "k": []}
     for side in "qk":
-        for f in sorted(code.token_fields[side]):  # type: ignore[attr-defined]
+        for f in sorted(code.token_fields[side]):
             if not f.startswith("grid:"):
                 continue
             seg = program.segment(f[5:])

@@ -9,7 +9,7 @@ predicates written in different places.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Union
 
 from .diagnostics import Source, Span
@@ -216,10 +216,6 @@ def params_used(e: Expr) -> set[str]:
     return {n.name for n in walk(e) if isinstance(n, Param)}
 
 
-def uses_side(e: Expr, side: str) -> bool:
-    return any(isinstance(n, (Token, Member)) and n.side == side for n in walk(e))
-
-
 def looks_inside(e: Expr, side: str) -> bool:
     """Whether `e` uses segment-relative facts of a side: its position in the segment, grid coordinates,
     or family member."""
@@ -364,7 +360,3 @@ class Program:
     @property
     def runtime_params(self) -> tuple[ParamDecl, ...]:
         return tuple(p for p in self.params if not p.const and p.name != "n")
-
-
-def node_fields(obj) -> tuple[str, ...]:
-    return tuple(f.name for f in fields(obj))

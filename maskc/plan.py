@@ -179,7 +179,7 @@ def _visible_batch(program: ir.Program, batch: _Batch, seq: np.ndarray, q: np.nd
     for side, pos in (("q", q), ("k", k)):
         c = np.searchsorted(batch.starts, batch.base[seq] + np.maximum(pos, 0), side="right") - 1
         local = batch.base[seq] + np.maximum(pos, 0) - batch.starts[c]
-        t_dim, y_dim, x_dim = (batch.grid[c, i] for i in range(3))
+        y_dim, x_dim = batch.grid[c, 1], batch.grid[c, 2]
         env.tokens.update({(side, "index"): pos, (side, "pos"): local, ("member", side): batch.member[c],
                            (side, "x"): local % x_dim, (side, "y"): (local // x_dim) % y_dim,
                            (side, "t"): local // (x_dim * y_dim)})

@@ -304,7 +304,6 @@ def current_arch() -> str:
     try:
         import cupy
 
-        major, minor = cupy.cuda.Device().compute_capability[:1], cupy.cuda.Device().compute_capability[1:]
-        return f"sm_{major}{minor}"
+        return f"sm_{cupy.cuda.Device().compute_capability}"  # CuPy spells 9.0 as "90"
     except Exception:  # no CuPy or no GPU: compile for the most common target
         return "sm_90"
