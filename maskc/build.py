@@ -42,7 +42,7 @@ def _nvrtc():
     try:
         from cuda.bindings import nvrtc
     except ImportError as exc:  # pragma: no cover - a broken install
-        raise BuildError("cuda-bindings is not installed (pip install cuda-bindings nvidia-cuda-nvrtc)", str(exc), None)
+        raise BuildError("cuda-bindings is not installed (pip install cuda-bindings nvidia-cuda-nvrtc)", str(exc), None) from None
     return nvrtc
 
 
