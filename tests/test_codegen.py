@@ -50,7 +50,7 @@ def test_every_example_renders_a_readable_source(name):
         assert f"//   [{r}] {region.rule}\n" in banner
     for rule in source_rules(name):  # every rule of the file is named (merged ones side by side)
         assert rule in banner, rule
-    assert f'extern "C" __global__' in c.source and kernel_name(c.program, c.options) in c.source
+    assert 'extern "C" __global__' in c.source and kernel_name(c.program, c.options) in c.source
     assert "Head dim 128, bf16 inputs" in banner
 
 
