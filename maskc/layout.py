@@ -273,29 +273,29 @@ def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "m
     )
 
 
-def token_info(program: ir.Program, layout: ConcreteLayout, positions: np.ndarray) -> dict[str, np.ndarray]:
-    """For each position: its symbolic segment, family member, position in segment and grid coordinates
-    (grid coordinates are 0 outside grids)."""
+def entry_grid_dims(layout: ConcreteLayout) -> np.ndarray:
+    """(t, y, x) dimensions of every concrete segment that is a grid, (1, 1, 1) for the others."""
+    dims = np.ones((len(layout.starts), 3), dtype=np.int64)
+    for s, d in layout.grid_dims.items():
+        dims[layout.first[s]:layout.first[s + 1], 3 - len(d):] = np.maximum(d, 1)
+    return dims
+
+
+def segment_facts(starts: np.ndarray, symbol: np.ndarray, member: np.ndarray, dims: np.ndarray,
+                  positions: np.ndarray) -> dict[str, np.ndarray]:
+    """For each position: its symbolic segment, family member, position in the segment and grid coordinates
+    (0 outside grids), from a table of concrete segments (`starts` ascending, `dims` per entry)."""
     positions = np.asarray(positions, dtype=np.int64)
-    c = np.searchsorted(layout.starts, positions, side="right") - 1
-    symbol = layout.symbol[c]
-    pos = positions - layout.starts[c]
-    info = {"symbol": symbol, "member": layout.member[c].astype(np.int64), "pos": pos}
-    t = np.zeros_like(pos)
-    y = np.zeros_like(pos)
-    x = np.zeros_like(pos)
-    for s, dims in layout.grid_dims.items():
-        inside = symbol == s
-        if not inside.any():
-            continue
-        w = max(dims[-1], 1)
-        h = max(dims[-2], 1)
-        x = np.where(inside, pos % w, x)
-        y = np.where(inside, (pos // w) % h if len(dims) == 3 else pos // w, y)
-        if len(dims) == 3:
-            t = np.where(inside, pos // (w * h), t)
-    info.update(t=t, y=y, x=x)
-    return info
+    c = np.searchsorted(starts, positions, side="right") - 1
+    pos = positions - starts[c]
+    y_dim, x_dim = dims[c, 1], dims[c, 2]
+    return {"symbol": symbol[c], "member": member[c].astype(np.int64), "pos": pos,
+            "t": pos // (x_dim * y_dim), "y": (pos // x_dim) % y_dim, "x": pos % x_dim}
+
+
+def token_info(program: ir.Program, layout: ConcreteLayout, positions: np.ndarray) -> dict[str, np.ndarray]:
+    """segment_facts() of positions in one sequence."""
+    return segment_facts(layout.starts, layout.symbol, layout.member, entry_grid_dims(layout), positions)
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from . import ir
 from .arrays import distinct, expand
 from .evaluate import Env, evaluate
 from .intervals import ArrayTable, IntervalEvaluator, IntRange
-from .layout import ConcreteLayout, SequenceValues
-from .reference import visible
+from .layout import ConcreteLayout, SequenceValues, entry_grid_dims, segment_facts
+from .reference import pair_env, regions_visible, visible
 from .tiling import (BlockTable, Tiling, block_of, block_table, complete, extent, split, tile_tokens,
                      tiling_for)
 
@@ -149,15 +149,8 @@ class _Batch:
             starts=np.concatenate([lay.starts + b for lay, b in zip(layouts, base)]) if layouts else np.zeros(0, np.int64),
             member=np.concatenate([lay.member for lay in layouts]).astype(np.int64) if layouts else np.zeros(0, np.int64),
             symbol=np.concatenate([lay.symbol for lay in layouts]).astype(np.int64) if layouts else np.zeros(0, np.int64),
-            grid=np.concatenate([_grid_dims_of(lay) for lay in layouts]) if layouts else np.zeros((0, 3), np.int64),
+            grid=np.concatenate([entry_grid_dims(lay) for lay in layouts]) if layouts else np.zeros((0, 3), np.int64),
         )
-
-
-def _grid_dims_of(layout: ConcreteLayout) -> np.ndarray:
-    dims = np.ones((len(layout.starts), 3), dtype=np.int64)
-    for s, d in layout.grid_dims.items():
-        dims[layout.first[s]:layout.first[s + 1], 3 - len(d):] = np.maximum(d, 1)
-    return dims
 
 
 def _visible_batch(program: ir.Program, batch: _Batch, seq: np.ndarray, q: np.ndarray, k: np.ndarray) -> np.ndarray:
@@ -172,25 +165,15 @@ def _visible_batch(program: ir.Program, batch: _Batch, seq: np.ndarray, q: np.nd
         return out
     ns = np.array([lay.n for lay in batch.layouts], dtype=np.int64)
     valid = (q >= 0) & (q < ns[seq]) & (k >= 0) & (k < ns[seq])
-    env = Env(params={name: np.array([v.scalars[name] for v in batch.values])[seq] for name in
-                      set().union(*(ir.params_used(r.pred) for r in program.regions)) - {"n"}})
-    env.params["n"] = ns[seq]
-    infos = {}
-    for side, pos in (("q", q), ("k", k)):
-        c = np.searchsorted(batch.starts, batch.base[seq] + np.maximum(pos, 0), side="right") - 1
-        local = batch.base[seq] + np.maximum(pos, 0) - batch.starts[c]
-        y_dim, x_dim = batch.grid[c, 1], batch.grid[c, 2]
-        env.tokens.update({(side, "index"): pos, (side, "pos"): local, ("member", side): batch.member[c],
-                           (side, "x"): local % x_dim, (side, "y"): (local // x_dim) % y_dim,
-                           (side, "t"): local // (x_dim * y_dim)})
-        infos[side] = batch.symbol[c]
-    out = np.zeros(np.broadcast_shapes(seq.shape, q.shape, k.shape), dtype=bool)
-    for region in program.regions:
-        q_bits = sum(1 << program.segment_index(s) for s in region.q.segments)
-        k_bits = sum(1 << program.segment_index(s) for s in region.k.segments)
-        inside = ((q_bits >> infos["q"]) & 1).astype(bool) & ((k_bits >> infos["k"]) & 1).astype(bool)
-        out |= inside & np.asarray(evaluate(region.pred, env), dtype=bool)
-    return out & valid
+    names = set().union(*(ir.params_used(r.pred) for r in program.regions)) - {"n"}
+    params = {name: np.array([v.scalars[name] for v in batch.values])[seq] for name in names}
+    params["n"] = ns[seq]
+    # Global positions in the concatenated segment table: one lookup serves every sequence.
+    q_facts, k_facts = (segment_facts(batch.starts, batch.symbol, batch.member, batch.grid,
+                                      batch.base[seq] + np.maximum(pos, 0)) for pos in (q, k))
+    env = pair_env(params, {}, q, k, q_facts, k_facts)
+    shape = np.broadcast_shapes(seq.shape, q.shape, k.shape)
+    return regions_visible(program, program.regions, env, q_facts["symbol"], k_facts["symbol"], shape) & valid
 
 
 def _instances(program: ir.Program, region: ir.Region, batch: _Batch, tiling: Tiling) -> dict[str, np.ndarray]:

@@ -11,49 +11,54 @@ from .evaluate import Env, evaluate
 from .layout import ConcreteLayout, SequenceValues, token_info
 
 
-def _token_env(program: ir.Program, layout: ConcreteLayout, values: SequenceValues, q, k) -> Env:
-    qi = token_info(program, layout, q)
-    ki = token_info(program, layout, k)
+def pair_env(params: dict, arrays: dict, q: np.ndarray, k: np.ndarray, q_facts: dict, k_facts: dict) -> Env:
+    """What a predicate's names stand for at pairs (q, k), from the tokens' segment facts."""
+    tokens = {}
+    for side, pos, facts in (("q", q, q_facts), ("k", k, k_facts)):
+        tokens[(side, "index")] = pos
+        tokens[("member", side)] = facts["member"]
+        for attr in ("pos", "t", "y", "x"):
+            tokens[(side, attr)] = facts[attr]
+    return Env(params=params, arrays=arrays, tokens=tokens)
+
+
+def regions_visible(program: ir.Program, regions, env: Env, q_symbol: np.ndarray, k_symbol: np.ndarray,
+                    shape: tuple) -> np.ndarray:
+    """Whether any of `regions` makes each pair visible: its sides hold the tokens' segments (bit masks over
+    segment symbols; np.isin is slow at these sizes) and its predicate holds."""
+    out = np.zeros(shape, dtype=bool)
+    for region in regions:
+        q_bits = sum(1 << program.segment_index(s) for s in region.q.segments)
+        k_bits = sum(1 << program.segment_index(s) for s in region.k.segments)
+        inside = ((q_bits >> q_symbol) & 1).astype(bool) & ((k_bits >> k_symbol) & 1).astype(bool)
+        if inside.any():
+            out |= inside & np.asarray(evaluate(region.pred, env), dtype=bool)
+    return out
+
+
+def visible(program: ir.Program, layout: ConcreteLayout, values: SequenceValues, q, k, regions=None) -> np.ndarray:
+    """The mask at pairs (q, k) (broadcast) of one sequence, from all regions or the given ones; positions
+    outside [0, n) are never visible."""
+    q = np.asarray(q, dtype=np.int64)
+    k = np.asarray(k, dtype=np.int64)
+    shape = np.broadcast_shapes(q.shape, k.shape)
+    if layout.n == 0:
+        return np.zeros(shape, dtype=bool)
+    valid = (q >= 0) & (q < layout.n) & (k >= 0) & (k < layout.n)
+    qc = np.clip(q, 0, layout.n - 1)
+    kc = np.clip(k, 0, layout.n - 1)
+    q_facts, k_facts = token_info(program, layout, qc), token_info(program, layout, kc)
     params = {name: (v if isinstance(v, bool) else np.int64(v)) for name, v in values.scalars.items()}
     params["n"] = np.int64(layout.n)
-    tokens = {}
-    for side, pos, info in (("q", q, qi), ("k", k, ki)):
-        tokens[(side, "index")] = pos
-        tokens[("member", side)] = info["member"]
-        for attr in ("pos", "t", "y", "x"):
-            tokens[(side, attr)] = info[attr]
-    return Env(params=params, arrays=values.arrays, tokens=tokens), qi, ki
+    env = pair_env(params, values.arrays, qc, kc, q_facts, k_facts)
+    chosen = program.regions if regions is None else regions
+    return regions_visible(program, chosen, env, q_facts["symbol"], k_facts["symbol"], shape) & valid
 
 
 def region_visible(program: ir.Program, region: ir.Region, layout: ConcreteLayout, values: SequenceValues,
                    q: np.ndarray, k: np.ndarray) -> np.ndarray:
     """Whether `region` makes each pair (q, k) visible; q and k broadcast against each other."""
-    q = np.asarray(q, dtype=np.int64)
-    k = np.asarray(k, dtype=np.int64)
-    env, qi, ki = _token_env(program, layout, values, q, k)
-    # Membership by bit masks over segment symbols (np.isin is slow at these sizes).
-    q_bits = sum(1 << program.segment_index(s) for s in region.q.segments)
-    k_bits = sum(1 << program.segment_index(s) for s in region.k.segments)
-    inside = ((q_bits >> qi["symbol"]) & 1).astype(bool) & ((k_bits >> ki["symbol"]) & 1).astype(bool)
-    shape = np.broadcast_shapes(q.shape, k.shape)
-    if not inside.any():
-        return np.zeros(shape, dtype=bool)
-    return np.broadcast_to(inside & np.asarray(evaluate(region.pred, env), dtype=bool), shape)
-
-
-def visible(program: ir.Program, layout: ConcreteLayout, values: SequenceValues, q, k) -> np.ndarray:
-    """The mask at pairs (q, k) (broadcast); positions outside [0, n) are never visible."""
-    q = np.asarray(q, dtype=np.int64)
-    k = np.asarray(k, dtype=np.int64)
-    valid = (q >= 0) & (q < layout.n) & (k >= 0) & (k < layout.n)
-    qc = np.clip(q, 0, max(layout.n - 1, 0))
-    kc = np.clip(k, 0, max(layout.n - 1, 0))
-    out = np.zeros(np.broadcast_shapes(q.shape, k.shape), dtype=bool)
-    if layout.n == 0:
-        return out
-    for region in program.regions:
-        out |= region_visible(program, region, layout, values, qc, kc)
-    return out & valid
+    return visible(program, layout, values, q, k, regions=[region])
 
 
 def dense_mask(program: ir.Program, layout: ConcreteLayout, values: SequenceValues) -> np.ndarray:
@@ -117,10 +122,8 @@ def simulate(program: ir.Program, desc, layouts: list[ConcreteLayout], values: l
             colc = np.maximum(cols, 0)
             s = (qs @ k[b][colc].astype(np.float32).T) * np.float32(scale * log2e)
             if kind != 0:
-                vis = np.zeros(s.shape, dtype=bool)
-                for r, region in enumerate(program.regions):
-                    if kind >> r & 1:
-                        vis |= region_visible(program, region, lay, val, rows[:, None], colc[None, :])
+                chosen = [region for r, region in enumerate(program.regions) if kind >> r & 1]
+                vis = visible(program, lay, val, rows[:, None], colc[None, :], regions=chosen)
                 s = np.where(vis & inside[None, :], s, -np.inf)
             elif not inside.all():
                 raise AssertionError(f"full tile {kt} of sequence {b} has slots without a token")

@@ -192,12 +192,12 @@ def test_every_pass_keeps_the_invariants_and_the_mask_of_every_example(name):
 
 
 def assert_same_masks(before: ir.Program, after: ir.Program, sequences) -> None:
-    for given in sequences:
+    for runtime in sequences:
         masks = []
         for program in (before, after):
-            values = bind_sequence(program, given)
+            values = bind_sequence(program, runtime)
             masks.append(dense_mask(program, concrete_layout(program, values), values))
-        assert np.array_equal(*masks), f"the passes changed the mask for {given}"
+        assert np.array_equal(*masks), f"the passes changed the mask for {runtime}"
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

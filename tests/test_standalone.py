@@ -13,7 +13,7 @@ import host_mask
 from small_configs import SMALL
 from maskc.codegen import KernelOptions, planner_name
 from maskc.compiler import compile_file
-from maskc.plan import plan
+
 
 pytestmark = pytest.mark.skipif(host_mask.compiler() is None, reason="needs a C++ compiler")
 
