@@ -98,7 +98,8 @@ class MaskCode:
     regions: list[RegionCode] = field(default_factory=list)
     lookup_q: bool = False
     lookup_k: bool = False
-    # Token facts the mask reads, per side: "pos", "member", "grid:NAME" (its coordinates).
+    segment_names: list[str] = field(default_factory=list)  # in layout order (for SegmentBound values)
+    # Token facts the mask reads, per side: "pos", "member", "start", "end", "grid:NAME" (its coordinates).
     token_fields: dict[str, set[str]] = field(default_factory=lambda: {"q": set(), "k": set()})
 
     @property
@@ -210,9 +211,9 @@ class _Builder:
     def token_field(self, e: ir.Token, r: int, region: ir.Region) -> str:
         if e.attr == "index":
             return "index"
-        if e.attr == "pos":
-            self.token_fields[e.side].add("pos")
-            return "pos"
+        if e.attr in ("pos", "start", "end"):
+            self.token_fields[e.side].add(e.attr)
+            return e.attr
         grid = getattr(region, e.side).segments[0]
         self.token_fields[e.side].add(f"grid:{grid}")
         return f"{grid}_{e.attr}"
@@ -295,6 +296,8 @@ class _Builder:
         return f"((0x{bits:08x}u >> t.symbol) & 1u)"
 
     def region(self, r: int, region: ir.Region) -> RegionCode:
+        if region.rows is not None:
+            return self.region_by_rows(r, region)
         row_terms, col_terms, elem_terms = [], [], []
         for side, terms in (("q", row_terms), ("k", col_terms)):
             test = self.side_test(getattr(region, side))
@@ -310,6 +313,21 @@ class _Builder:
         return RegionCode(r, region.rule or ir.show(region.pred), join(row_terms), join(col_terms), join(elem_terms))
 
 
+    def region_by_rows(self, r: int, region: ir.Region) -> RegionCode:
+        """A region with row intervals: the key needs no look-up, only two comparisons with the row's bounds."""
+        rows = region.rows
+        row_terms = [t for t in (self.side_test(region.q),) if t]
+        if row_terms:
+            self.code.lookup_q = True
+        if rows.row != ir.TRUE:
+            row_terms.append(self.render_bool(rows.row, r, region, "row"))
+        lo, lo_type = self.hoist(rows.lo, r, region, "q")
+        hi, hi_type = self.hoist(rows.hi, r, region, "q")
+        elem = f"(k.index >= {lo} && k.index < {hi})"
+        rule = (region.rule or ir.show(region.pred)) + f"  [keys {ir.show(rows.lo)} .. {ir.show(rows.hi)})"
+        return RegionCode(r, rule, " && ".join(row_terms) if row_terms else "true", "true", elem)
+
+
 def _cast(code: str, have: str, want: str) -> str:
     if have == want or have == "bool":
         return code
@@ -321,11 +339,11 @@ def mask_code(program: ir.Program) -> MaskCode:
         raise error(program.regions[MAX_REGIONS].span,
                     f"more than {MAX_REGIONS} rules remain after merging; the kernel supports {MAX_REGIONS}")
     b = _Builder(program)
+    b.code.segment_names = [s.name for s in program.segments]
     b.code.regions = [b.region(r, region) for r, region in enumerate(program.regions)]
-    if b.token_fields["q"] & {"pos", "member"} or any(f.startswith("grid:") for f in b.token_fields["q"]):
-        b.code.lookup_q = True
-    if b.token_fields["k"] & {"pos", "member"} or any(f.startswith("grid:") for f in b.token_fields["k"]):
-        b.code.lookup_k = True
+    for side in "qk":
+        if b.token_fields[side] & {"pos", "member", "start", "end"} or any(f.startswith("grid:") for f in b.token_fields[side]):
+            setattr(b.code, f"lookup_{side}", True)
     return b.code
 
 
@@ -377,11 +395,13 @@ def _seq_value_ref(code: MaskCode, e: ir.Expr) -> str:
     return f"(int)s.v{len(code.seq_values) - 1}"
 
 
-def host_expr(e: ir.Expr, prefix: str) -> str:
+def host_expr(e: ir.Expr, prefix: str, segments: list[str]) -> str:
     """C++ for the host planner: a layout or sequence value over the runtime values `v`, in 64 bits."""
     def r(x: ir.Expr) -> str:
-        return host_expr(x, prefix)
+        return host_expr(x, prefix, segments)
 
+    if isinstance(e, ir.SegmentBound):
+        return f"span_{'end' if e.end else 'start'}[{segments.index(e.segment)}]"
     if isinstance(e, ir.Const):
         return f"{int(e.value)}LL"
     if isinstance(e, ir.Param):
@@ -455,7 +475,7 @@ def render_source(program: ir.Program, options: KernelOptions, source_name: str 
         params=[p for p in program.params],
         P=planner_name(program, options),
         runtime_params=program.runtime_params,
-        host=lambda e: host_expr(e, planner_name(program, options)),
+        host=lambda e: host_expr(e, planner_name(program, options), [s.name for s in program.segments]),
         family_lists=_family_lists(program),
         layout_uses_n=layout_uses_n(program),
         max_members=MAX_FAMILY_MEMBERS,

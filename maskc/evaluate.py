@@ -27,6 +27,7 @@ class Env:
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     tokens: dict[tuple[str, str], object] = field(default_factory=dict)
     family_index: object = None
+    bounds: dict[tuple[str, bool], object] = field(default_factory=dict)  # SegmentBound values
 
 
 def _int(x):
@@ -122,4 +123,6 @@ def evaluate(e: ir.Expr, env: Env):
         return np.int64(env.arrays[e.array].astype(np.int64).sum())
     if isinstance(e, ir.Ancestor):
         return is_ancestor(env.arrays[e.array], evaluate(e.node, env), evaluate(e.ancestor, env))
+    if isinstance(e, ir.SegmentBound):
+        return env.bounds[(e.segment, e.end)]
     raise TypeError(f"cannot evaluate {e!r}")

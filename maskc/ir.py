@@ -40,11 +40,13 @@ class Token:
     """An attribute of the query or key token.
 
     attr: `index` (position in the sequence, written `q`), `pos` (position inside its segment, `q.pos`),
-    or the grid coordinates `t`, `y`, `x` of a token of a grid segment.
+    the grid coordinates `t`, `y`, `x` of a token of a grid segment, or `start` / `end`: where the token's
+    own segment (its family member) begins and ends. The language has no spelling for the last two; the
+    row-intervals analysis introduces them.
     """
 
     side: str  # "q" | "k"
-    attr: str  # "index" | "pos" | "t" | "y" | "x"
+    attr: str  # "index" | "pos" | "t" | "y" | "x" | "start" | "end"
     span: Span = _NOSPAN
 
 
@@ -124,6 +126,16 @@ class ArraySum:
 
 
 @dataclass(frozen=True, slots=True)
+class SegmentBound:
+    """Where a symbolic segment (all members of a family) begins, or ends, in the sequence: a value of the
+    sequence alone (introduced by the row-intervals analysis)."""
+
+    segment: str
+    end: bool
+    span: Span = _NOSPAN
+
+
+@dataclass(frozen=True, slots=True)
 class Ancestor:
     """True when `ancestor` is `node` or one of its ancestors in the tree `parent[]` (roots have -1)."""
 
@@ -135,7 +147,7 @@ class Ancestor:
 
 Expr = Union[
     Const, Param, Token, Member, FamilyIndex, Unary, Binary, Pow, Compare, Logic, Index, ArrayLen, ArraySum,
-    Ancestor,
+    Ancestor, SegmentBound,
 ]
 
 TRUE = Const(True)
@@ -216,6 +228,11 @@ def params_used(e: Expr) -> set[str]:
     return {n.name for n in walk(e) if isinstance(n, Param)}
 
 
+def uses_side(e: Expr, side: str) -> bool:
+    """Whether `e` reads the q (or k) token at all."""
+    return any(isinstance(n, (Token, Member)) and n.side == side for n in walk(e))
+
+
 def looks_inside(e: Expr, side: str) -> bool:
     """Whether `e` uses segment-relative facts of a side: its position in the segment, grid coordinates,
     or family member."""
@@ -278,6 +295,8 @@ def show(e: Expr, parent: int = 0) -> str:
         return f"sum({e.array})"
     if isinstance(e, Ancestor):
         return f"ancestor({e.array}, {show(e.node)}, {show(e.ancestor)})"
+    if isinstance(e, SegmentBound):
+        return f"{'end' if e.end else 'start'}({e.segment})"
     raise TypeError(f"not an expression: {e!r}")
 
 
@@ -330,12 +349,24 @@ class Side:
 
 
 @dataclass(frozen=True, slots=True)
+class RowIntervals:
+    """A region as intervals of keys per query row: (q, k) is visible iff q is on the region's q side,
+    `row` holds (it reads q's side only) and lo <= k < hi, where lo and hi depend on q and the sequence only.
+    Equivalent to the region's sides and predicate; the kernel tests a key with two comparisons."""
+
+    row: Expr
+    lo: Expr
+    hi: Expr
+
+
+@dataclass(frozen=True, slots=True)
 class Region:
     q: Side
     k: Side
     pred: Expr
     rule: str = field(default="", compare=False)  # the source rule(s), for comments and `explain`
     span: Span = _NOSPAN
+    rows: RowIntervals | None = None  # set by the row-intervals pass where the region has that form
 
 
 @dataclass(frozen=True, slots=True)

@@ -281,21 +281,32 @@ def entry_grid_dims(layout: ConcreteLayout) -> np.ndarray:
     return dims
 
 
-def segment_facts(starts: np.ndarray, symbol: np.ndarray, member: np.ndarray, dims: np.ndarray,
-                  positions: np.ndarray) -> dict[str, np.ndarray]:
-    """For each position: its symbolic segment, family member, position in the segment and grid coordinates
-    (0 outside grids), from a table of concrete segments (`starts` ascending, `dims` per entry)."""
+def segment_facts(starts: np.ndarray, lengths: np.ndarray, symbol: np.ndarray, member: np.ndarray,
+                  dims: np.ndarray, positions: np.ndarray) -> dict[str, np.ndarray]:
+    """For each position: its symbolic segment, family member, position in the segment, where the segment
+    starts and ends, and grid coordinates (0 outside grids), from a table of concrete segments (`starts`
+    ascending, `dims` per entry)."""
     positions = np.asarray(positions, dtype=np.int64)
     c = np.searchsorted(starts, positions, side="right") - 1
     pos = positions - starts[c]
     y_dim, x_dim = dims[c, 1], dims[c, 2]
-    return {"symbol": symbol[c], "member": member[c].astype(np.int64), "pos": pos,
-            "t": pos // (x_dim * y_dim), "y": (pos // x_dim) % y_dim, "x": pos % x_dim}
+    return {"symbol": symbol[c], "member": member[c].astype(np.int64), "pos": pos, "start": starts[c],
+            "end": starts[c] + lengths[c], "t": pos // (x_dim * y_dim), "y": (pos // x_dim) % y_dim, "x": pos % x_dim}
 
 
 def token_info(program: ir.Program, layout: ConcreteLayout, positions: np.ndarray) -> dict[str, np.ndarray]:
     """segment_facts() of positions in one sequence."""
-    return segment_facts(layout.starts, layout.symbol, layout.member, entry_grid_dims(layout), positions)
+    return segment_facts(layout.starts, layout.lengths, layout.symbol, layout.member, entry_grid_dims(layout),
+                         positions)
+
+
+def segment_bounds(names: list[str], layout: ConcreteLayout) -> dict[tuple[str, bool], np.int64]:
+    """Where every symbolic segment (named in layout order) begins and ends: the values of ir.SegmentBound."""
+    out = {}
+    for s, name in enumerate(names):
+        lo, hi = layout.span(s)
+        out[(name, False)], out[(name, True)] = np.int64(lo), np.int64(hi)
+    return out
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from . import ir
 from .arrays import distinct, expand
 from .evaluate import Env, evaluate
 from .intervals import ArrayTable, IntervalEvaluator, IntRange
-from .layout import ConcreteLayout, SequenceValues, entry_grid_dims, segment_facts
+from .layout import ConcreteLayout, SequenceValues, entry_grid_dims, segment_bounds, segment_facts
 from .reference import pair_env, regions_visible, visible
 from .tiling import (BlockTable, Tiling, block_of, block_table, complete, extent, split, tile_tokens,
                      tiling_for)
@@ -134,6 +134,7 @@ class _Batch:
     base: np.ndarray  # int64 [B]: global position of each sequence's token 0
     starts: np.ndarray  # global starts of all concrete segments
     member: np.ndarray
+    lengths: np.ndarray
     symbol: np.ndarray
     grid: np.ndarray  # int64 [C, 3]: (t, y, x) dimensions of the grid a concrete segment is, else (1, 1, 1)
 
@@ -148,6 +149,7 @@ class _Batch:
             base=base,
             starts=np.concatenate([lay.starts + b for lay, b in zip(layouts, base)]) if layouts else np.zeros(0, np.int64),
             member=np.concatenate([lay.member for lay in layouts]).astype(np.int64) if layouts else np.zeros(0, np.int64),
+            lengths=np.concatenate([lay.lengths for lay in layouts]).astype(np.int64) if layouts else np.zeros(0, np.int64),
             symbol=np.concatenate([lay.symbol for lay in layouts]).astype(np.int64) if layouts else np.zeros(0, np.int64),
             grid=np.concatenate([entry_grid_dims(lay) for lay in layouts]) if layouts else np.zeros((0, 3), np.int64),
         )
@@ -169,9 +171,14 @@ def _visible_batch(program: ir.Program, batch: _Batch, seq: np.ndarray, q: np.nd
     params = {name: np.array([v.scalars[name] for v in batch.values])[seq] for name in names}
     params["n"] = ns[seq]
     # Global positions in the concatenated segment table: one lookup serves every sequence.
-    q_facts, k_facts = (segment_facts(batch.starts, batch.symbol, batch.member, batch.grid,
+    q_facts, k_facts = (segment_facts(batch.starts, batch.lengths, batch.symbol, batch.member, batch.grid,
                                       batch.base[seq] + np.maximum(pos, 0)) for pos in (q, k))
+    for facts in (q_facts, k_facts):  # back from global to sequence positions
+        facts["start"] = facts["start"] - batch.base[seq]
+        facts["end"] = facts["end"] - batch.base[seq]
     env = pair_env(params, {}, q, k, q_facts, k_facts)
+    bounds = [segment_bounds([s.name for s in program.segments], lay) for lay in batch.layouts]
+    env.bounds = {key: np.array([b[key] for b in bounds])[seq] for key in bounds[0]} if bounds else {}
     shape = np.broadcast_shapes(seq.shape, q.shape, k.shape)
     return regions_visible(program, program.regions, env, q_facts["symbol"], k_facts["symbol"], shape) & valid
 
@@ -670,7 +677,7 @@ def kernel_tables(code, desc: Descriptor, layouts: list[ConcreteLayout], values:
             array_parts.append(a.reshape(-1).astype(np.int32))
             array_offset += a.size
         env = Env(params={k: (v if isinstance(v, bool) else np.int64(v)) for k, v in val.scalars.items()} | {"n": np.int64(lay.n)},
-                  arrays=val.arrays)
+                  arrays=val.arrays, bounds=segment_bounds(code.segment_names, lay))
         for i, sv in enumerate(code.seq_values):
             try:
                 seq_table[b, code.value_field(i)] = int(evaluate(sv.expr, env))

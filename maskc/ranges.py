@@ -60,7 +60,11 @@ def static_range(e: ir.Expr, program: ir.Program, region: ir.Region | None = Non
         if decl is not None and decl.type.elem == "bool":
             return Range(0, 1)
         return Range(*INT32)
+    if isinstance(e, ir.SegmentBound):
+        return Range(0, 2**31 - 1)
     if isinstance(e, ir.Token):
+        if e.attr in ("start", "end"):
+            return Range(0, 2**31 - 1)
         if e.attr in ("index", "pos"):
             return Range(*POSITION)
         dims = _grid_dims(program, region, e.side)

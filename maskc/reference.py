@@ -8,7 +8,7 @@ import numpy as np
 
 from . import ir
 from .evaluate import Env, evaluate
-from .layout import ConcreteLayout, SequenceValues, token_info
+from .layout import ConcreteLayout, SequenceValues, segment_bounds, token_info
 
 
 def pair_env(params: dict, arrays: dict, q: np.ndarray, k: np.ndarray, q_facts: dict, k_facts: dict) -> Env:
@@ -17,7 +17,7 @@ def pair_env(params: dict, arrays: dict, q: np.ndarray, k: np.ndarray, q_facts: 
     for side, pos, facts in (("q", q, q_facts), ("k", k, k_facts)):
         tokens[(side, "index")] = pos
         tokens[("member", side)] = facts["member"]
-        for attr in ("pos", "t", "y", "x"):
+        for attr in ("pos", "start", "end", "t", "y", "x"):
             tokens[(side, attr)] = facts[attr]
     return Env(params=params, arrays=arrays, tokens=tokens)
 
@@ -51,6 +51,7 @@ def visible(program: ir.Program, layout: ConcreteLayout, values: SequenceValues,
     params = {name: (v if isinstance(v, bool) else np.int64(v)) for name, v in values.scalars.items()}
     params["n"] = np.int64(layout.n)
     env = pair_env(params, values.arrays, qc, kc, q_facts, k_facts)
+    env.bounds = segment_bounds([s.name for s in program.segments], layout)
     chosen = program.regions if regions is None else regions
     return regions_visible(program, chosen, env, q_facts["symbol"], k_facts["symbol"], shape) & valid
 

@@ -12,6 +12,7 @@ from .. import ir
 from .fold import fold_constants, inline_consts
 from .layout_order import decide_by_layout_order
 from .merge import drop_empty_regions, merge_regions
+from .row_intervals import annotate_row_intervals
 from .verify import verify
 
 Pass = Callable[[ir.Program], ir.Program]
@@ -22,6 +23,7 @@ PIPELINE: tuple[tuple[str, Pass], ...] = (
     ("decide-by-layout-order", decide_by_layout_order),
     ("drop-empty-regions", drop_empty_regions),
     ("merge-regions", merge_regions),
+    ("row-intervals", annotate_row_intervals),
 )
 
 

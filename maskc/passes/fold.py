@@ -69,8 +69,12 @@ def simplify(e: ir.Expr) -> ir.Expr:
             if isinstance(inner, ir.Compare):
                 flipped = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}[inner.op]
                 return replace(inner, op=flipped)
+        if isinstance(node, ir.Unary) and node.op == "neg" and isinstance(node.arg, ir.Unary) and node.arg.op == "neg":
+            return node.arg.arg
         if isinstance(node, ir.Binary):
             a, b = _const_value(node.lhs), _const_value(node.rhs)
+            if node.op == "-" and a == 0 and not isinstance(node.lhs.value, bool):
+                return ir.Unary("neg", node.rhs, span=node.span)
             if node.op == "+" and b == 0 or node.op == "-" and b == 0 or node.op == "*" and b == 1:
                 return node.lhs
             if node.op == "+" and a == 0 or node.op == "*" and a == 1:

@@ -21,6 +21,9 @@ def verify(program: ir.Program, after: str = "") -> None:
                 raise VerifyError(f"region {r} has an empty side{where}")
             if list(side.segments) != [n for n in names if n in side.segments]:
                 raise VerifyError(f"region {r}: side {side.segments} not in layout order or unknown{where}")
+        if region.rows is not None:
+            if ir.uses_side(region.rows.row, "k") or ir.uses_side(region.rows.lo, "k") or ir.uses_side(region.rows.hi, "k"):
+                raise VerifyError(f"region {r}: its row intervals read the key{where}")
         for node in ir.walk(region.pred):
             if isinstance(node, ir.FamilyIndex):
                 raise VerifyError(f"region {r}: a family index outside a segment length{where}")

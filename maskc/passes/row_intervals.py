@@ -1,0 +1,111 @@
+"""Row intervals: the keys a query row sees, as one interval [lo(q), hi(q)).
+
+Many regions have that form: a causal band, a window, "all of the prompt", "my own document up to me".
+The pass finds it where it exists and records it beside the region (`Region.rows`); the region itself is
+unchanged. The kernel then tests a key of a partial tile with two comparisons against bounds computed once
+per query row, with no look-up of the key's segment.
+
+A region (q side Q, k side K, predicate P) has the form when
+- K is a run of adjacent segments, so "k on the k side" is `start(first) <= k < end(last)`;
+- every conjunct of P that reads the key is either `q.member == k.member` with Q and K the same family
+  (`k` in q's own member: `q.start <= k < q.end`), or a comparison affine in `k` with coefficient +-1
+  (`k <= q`, `q - k < w`, `k == q`, ...);
+- the conjuncts that do not read the key stay as a condition on the row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .. import ir
+from ..diagnostics import MaskError
+from ..ranges import static_range
+from .fold import simplify
+
+_K = ir.Token("k", "index")
+
+
+def _k_linear(e: ir.Expr) -> tuple[int, ir.Expr] | None:
+    """(a, r) with e == a*k + r and r free of the key, for e built from k, +, - and key-free terms."""
+    if e == _K:
+        return 1, ir.Const(0)
+    if not ir.uses_side(e, "k"):
+        return 0, e
+    if isinstance(e, ir.Unary) and e.op == "neg":
+        inner = _k_linear(e.arg)
+        return None if inner is None else (-inner[0], ir.Unary("neg", inner[1]))
+    if isinstance(e, ir.Binary) and e.op in ("+", "-"):
+        lhs, rhs = _k_linear(e.lhs), _k_linear(e.rhs)
+        if lhs is None or rhs is None:
+            return None
+        sign = 1 if e.op == "+" else -1
+        return lhs[0] + sign * rhs[0], ir.Binary(e.op, lhs[1], rhs[1])
+    return None
+
+
+def _bounds(c: ir.Compare) -> tuple[list[ir.Expr], list[ir.Expr]] | None:
+    """Lower and upper (exclusive) bounds on k that the comparison means, or None."""
+    linear = _k_linear(ir.Binary("-", c.lhs, c.rhs))
+    if linear is None or linear[0] not in (1, -1):
+        return None
+    a, r = linear
+    one = ir.Const(1)
+    # a*k + r  op  0, i.e. k op' -r (a = 1) or k op'' r with op reversed (a = -1).
+    edge = ir.Unary("neg", r) if a == 1 else r
+    op = c.op if a == 1 else {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}[c.op]
+    if op == "<":
+        return [], [edge]
+    if op == "<=":
+        return [], [ir.Binary("+", edge, one)]
+    if op == ">":
+        return [ir.Binary("+", edge, one)], []
+    if op == ">=":
+        return [edge], []
+    if op == "==":
+        return [edge], [ir.Binary("+", edge, one)]
+    return None  # != is two intervals
+
+
+def _same_member(c: ir.Expr) -> bool:
+    return isinstance(c, ir.Compare) and c.op == "==" and {c.lhs, c.rhs} == {ir.Member("q"), ir.Member("k")}
+
+
+def _fold(op: str, parts: list[ir.Expr]) -> ir.Expr:
+    out = parts[0]
+    for p in parts[1:]:
+        out = ir.Binary(op, out, p)
+    return simplify(out)
+
+
+def row_intervals(program: ir.Program, region: ir.Region) -> ir.RowIntervals | None:
+    symbols = [program.segment_index(s) for s in region.k.segments]
+    if symbols != list(range(symbols[0], symbols[-1] + 1)):
+        return None  # the k side is not one run of adjacent segments
+    lows: list[ir.Expr] = [ir.SegmentBound(region.k.segments[0], False)]
+    highs: list[ir.Expr] = [ir.SegmentBound(region.k.segments[-1], True)]
+    row: list[ir.Expr] = []
+    for c in ir.conjuncts(region.pred):
+        if not ir.uses_side(c, "k"):
+            row.append(c)
+        elif _same_member(c):
+            single_family = (region.q.segments == region.k.segments and len(region.k.segments) == 1
+                             and program.segment(region.k.segments[0]).kind == "family")
+            if not single_family:
+                return None
+            lows.append(ir.Token("q", "start"))
+            highs.append(ir.Token("q", "end"))
+        elif isinstance(c, ir.Compare) and (b := _bounds(c)) is not None:
+            lows.extend(b[0])
+            highs.extend(b[1])
+        else:
+            return None
+    lo, hi = _fold("max", lows), _fold("min", highs)
+    try:  # moving terms across a comparison can leave 64 bits where the original did not
+        static_range(lo, program, region), static_range(hi, program, region)
+    except MaskError:
+        return None
+    return ir.RowIntervals(ir.conjoin(row), lo, hi)
+
+
+def annotate_row_intervals(program: ir.Program) -> ir.Program:
+    return replace(program, regions=tuple(replace(r, rows=row_intervals(program, r)) for r in program.regions))
