@@ -321,8 +321,8 @@ class _Builder:
             self.code.lookup_q = True
         if rows.row != ir.TRUE:
             row_terms.append(self.render_bool(rows.row, r, region, "row"))
-        lo, lo_type = self.hoist(rows.lo, r, region, "q")
-        hi, hi_type = self.hoist(rows.hi, r, region, "q")
+        lo, _ = self.hoist(rows.lo, r, region, "q")
+        hi, _ = self.hoist(rows.hi, r, region, "q")
         elem = f"(k.index >= {lo} && k.index < {hi})"
         rule = (region.rule or ir.show(region.pred)) + f"  [keys {ir.show(rows.lo)} .. {ir.show(rows.hi)})"
         return RegionCode(r, rule, " && ".join(row_terms) if row_terms else "true", "true", elem)

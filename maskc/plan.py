@@ -64,7 +64,6 @@ class Descriptor:
 
     config: TileConfig
     blocks: BlockTable
-    seq_lens: np.ndarray  # int64 [B]
     work_seq: np.ndarray  # int32 [W]: the sequence of each work item (one q tile)
     work_qtile: np.ndarray  # int32 [W]: the q tile inside its sequence
     row_ptr: np.ndarray  # int32 [W + 1]
@@ -483,7 +482,6 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
     tiling = tiling or tiling_for(program, config.block_q, config.block_k)
     batch = _Batch.of(layouts, values, tiling)
     bt = batch.blocks
-    ns = np.array([lay.n for lay in layouts], dtype=np.int64)
     q_tiles, k_tiles = bt.tiles("q"), bt.tiles("k")
     qtile_base = np.concatenate([[0], np.cumsum(q_tiles)]).astype(np.int64)
     stats = PlanStats(tiles_total=int((q_tiles * k_tiles).sum()))
@@ -553,7 +551,7 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
 
     stats.tiles_full = int(np.count_nonzero(kind == 0))
     stats.tiles_partial = len(kind) - stats.tiles_full
-    desc = Descriptor(config, bt, ns, work_seq, work_qtile, row_ptr.astype(np.int32), k_tile, kind, stats)
+    desc = Descriptor(config, bt, work_seq, work_qtile, row_ptr.astype(np.int32), k_tile, kind, stats)
     if desc.nbytes > MAX_DESCRIPTOR_BYTES:
         raise PlanError(f"the descriptor would take {desc.nbytes / 2**30:.1f} GiB, more than the 1 GiB limit")
     stats.seconds = time.perf_counter() - start

@@ -46,18 +46,11 @@ class Tiling:
         return any(b.grid for b in self.blocks)
 
 
-def _pow2_at_least(x: int) -> int:
-    p = 1
-    while p < x:
-        p *= 2
-    return p
-
-
 def _grid_shape(dims: tuple[int | None, ...], preferred: tuple[int, int, int]) -> tuple[int, int, int]:
     """The preferred (t, y, x) tile shape, narrowed along an axis the grid is known to be narrower than
     (its slots go to the next slower axis), so that small grids do not waste slots."""
     tt, th, tw = preferred
-    t_dim, h_dim, w_dim = ((None,) * (3 - len(dims)) + tuple(dims))[-3:]
+    _, h_dim, w_dim = ((None,) * (3 - len(dims)) + tuple(dims))[-3:]
     while w_dim is not None and tw > 1 and tw // 2 >= w_dim:
         tw, th = tw // 2, th * 2
     while len(dims) == 3 and h_dim is not None and th > 1 and th // 2 >= h_dim:
