@@ -67,3 +67,24 @@ def tokens(lib: ctypes.CDLL, tables, b: int, side: str, tiles: int, slots: int) 
 
 def workdir() -> Path:
     return Path(tempfile.mkdtemp(prefix="maskc-host-"))
+
+
+def check_generated_code(compiled, sequences, workdir: Path, note: str = "") -> None:
+    """The generated mask code (compiled for the host) equals the exact mask on every pair, and its
+    q_token / k_token equal the planner's tiles, for every sequence."""
+    from maskc.reference import dense_mask
+
+    lib = build(compiled.source, workdir)
+    desc, tables, layouts = compiled.tables(sequences)
+    values, _ = compiled.bind(sequences)
+    for b, (lay, val) in enumerate(zip(layouts, values)):
+        got = evaluate_all(lib, tables, b, lay.n)
+        want = dense_mask(compiled.program, lay, val)
+        if not np.array_equal(got, want):
+            q, k = np.argwhere(got != want)[0]
+            raise AssertionError(f"sequence {b}: the generated code says {got[q, k]} at (q={q}, k={k}), "
+                                 f"the exact mask {want[q, k]}{note}")
+        for side, size in (("q", compiled.options.block_q), ("k", compiled.options.block_k)):
+            count = int(desc.blocks.tiles(side)[b])
+            assert np.array_equal(tokens(lib, tables, b, side, count, size), desc.tokens(side, b, np.arange(count))), \
+                f"sequence {b}: {side}_token differs from the planner's tiles{note}"

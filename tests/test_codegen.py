@@ -119,19 +119,7 @@ def host_dir(tmp_path_factory):
 @pytest.mark.parametrize("name", NAMES)
 def test_generated_mask_code_matches_the_exact_mask_and_tiles(name, tiles, host_dir):
     c = compiled(name, KernelOptions(block_q=tiles[0], block_k=tiles[1]))
-    sequences = SMALL[name][1]
-    lib = host_mask.build(c.source, host_dir)
-    desc, tables, layouts = c.tables(sequences)
-    values, _ = c.bind(sequences)
-    for b, (lay, val) in enumerate(zip(layouts, values)):
-        got = host_mask.evaluate_all(lib, tables, b, lay.n)
-        want = dense_mask(c.program, lay, val)
-        assert np.array_equal(got, want), f"sequence {b}: {np.argwhere(got != want)[:5].tolist()}"
-        for side, size in (("q", tiles[0]), ("k", tiles[1])):
-            count = int(desc.blocks.tiles(side)[b])
-            got = host_mask.tokens(lib, tables, b, side, count, size)
-            want = desc.tokens(side, b, np.arange(count))
-            assert np.array_equal(got, want), f"sequence {b}: {side}_token differs from the planner's tiles"
+    host_mask.check_generated_code(c, SMALL[name][1], host_dir)
 
 
 @needs_cxx

@@ -121,21 +121,8 @@ def test_random_masks_plan_exactly(case, config, seed):
 @given(case=random_masks())
 def test_random_masks_generated_code_is_exact(case, host_dir):
     text, consts, sequences = case
-    compiled = compiled_random(case)
-    lib = host_mask.build(compiled.source, host_dir)
-    desc, tables, layouts = compiled.tables(sequences)
-    values, _ = compiled.bind(sequences)
-    for b, (lay, val) in enumerate(zip(layouts, values)):
-        got = host_mask.evaluate_all(lib, tables, b, lay.n)
-        want = dense_mask(compiled.program, lay, val)
-        if not np.array_equal(got, want):
-            q, k = np.argwhere(got != want)[0]
-            raise AssertionError(f"sequence {b}: the generated code says {got[q, k]} at (q={q}, k={k}), "
-                                 f"the exact mask {want[q, k]}\n{text}\nconsts {consts}\nsequences {sequences}")
-        for side, size in (("q", compiled.options.block_q), ("k", compiled.options.block_k)):
-            count = int(desc.blocks.tiles(side)[b])
-            assert np.array_equal(host_mask.tokens(lib, tables, b, side, count, size),
-                                  desc.tokens(side, b, np.arange(count))), f"{side}_token differs\n{text}"
+    host_mask.check_generated_code(compiled_random(case), sequences, host_dir,
+                                   f"\n{text}\nconsts {consts}\nsequences {sequences}")
 
 
 # Random runtime values for every example (const values as in small_configs): the real workloads at odd
