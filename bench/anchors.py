@@ -24,7 +24,6 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 from triton.testing import do_bench
 
 import maskc
-from maskc.reference import dense_mask
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 H, D, N = 16, 128, 32768
@@ -104,7 +103,7 @@ def check_sample(attn, q, k, v, cu, params, lengths, values, layouts, rows=256):
     for b, (lay, val) in enumerate(zip(layouts, values)):
         n = lay.n
         pick = np.sort(rng.choice(n, size=min(rows, n), replace=False))
-        from maskc.reference import visible
+        from maskc.tools.reference import visible
 
         mask = torch.from_numpy(visible(attn.program, lay, val, pick[:, None], np.arange(n)[None, :])).cuda()
         sl = slice(offsets[b], offsets[b + 1])

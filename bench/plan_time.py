@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from maskc.compiler import compile_file
-from maskc.codegen import KernelOptions
+from maskc.kernels import KernelOptions
 from maskc.plan import kernel_tables, plan
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -1,8 +1,10 @@
 """A first look at speed: a few workloads at N = 32768, maskc against SDPA where SDPA applies."""
-import math, sys, time
+import time
+
 import torch
-import maskc
 from triton.testing import do_bench
+
+import maskc
 
 N, H, D = 32768, 16, 128
 rows = []

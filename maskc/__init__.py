@@ -9,7 +9,7 @@ arch, and values for `const` parameters) and return an `Attention` callable.
 
 __version__ = "0.1.0"
 
-from .diagnostics import MaskError  # noqa: E402
-from .runtime import Attention, load, loads  # noqa: E402
+from maskc.diagnostics import MaskError  # noqa: E402
+from maskc.runtime import Attention, load, loads  # noqa: E402
 
 __all__ = ["Attention", "MaskError", "load", "loads", "__version__"]

@@ -1,5 +1,5 @@
 """`python -m maskc ...` is the `maskc` command."""
 
-from .cli import main
+from maskc.cli import main
 
 main()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from . import __version__
+from maskc import __version__
 
 
 class BuildError(RuntimeError):

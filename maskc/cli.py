@@ -17,12 +17,12 @@ from pathlib import Path
 
 import click
 
-from . import __version__, explain, ir, trial
-from .codegen import ARCHS, DTYPES, HEAD_DIMS, KernelOptions
-from .compiler import compile_program
-from .diagnostics import MaskError
-from .frontend import read_file, read_program
-from .layout import layout_uses_n
+from maskc import __version__, ir
+from maskc.compiler import compile_program
+from maskc.diagnostics import MaskError
+from maskc.front import read_file, read_program
+from maskc.kernels import ARCHS, DTYPES, HEAD_DIMS, KernelOptions
+from maskc.tools import explain, trial
 
 EMIT_SUFFIX = {"cu": ".cu", "ptx": ".ptx", "cubin": ".cubin"}
 
@@ -271,7 +271,7 @@ def defaults_are_complete(program: ir.Program, sequences: list[dict[str, object]
     """Whether every sequence has a value for every runtime parameter (and n, if the layout needs it)."""
     n_decl = program.param("n")
     for given in sequences:
-        if layout_uses_n(program) and "n" not in given and (n_decl is None or n_decl.default is None):
+        if ir.layout_uses_n(program) and "n" not in given and (n_decl is None or n_decl.default is None):
             return False
         if any(p.name not in given and p.default is None for p in program.runtime_params):
             return False

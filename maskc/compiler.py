@@ -12,15 +12,23 @@ from pathlib import Path
 
 import numpy as np
 
-from . import ir
-from .build import Artifact, compile_source
-from .codegen import KernelOptions, MaskCode, kernel_name, render_source
-from .diagnostics import MaskError, Span, error
-from .frontend import read_file, read_program
-from .layout import ConcreteLayout, SequenceValues, bind_sequence, concrete_layout, validate_values
-from .passes import run_pipeline
-from .plan import Descriptor, KernelTables, TileConfig, kernel_tables, plan
-from .ranges import check_ranges
+from maskc import ir
+from maskc.build import Artifact, compile_source
+from maskc.codegen import MaskCode, render_source
+from maskc.diagnostics import MaskError, Span, error
+from maskc.front import read_file, read_program
+from maskc.ir.ranges import check_ranges
+from maskc.kernels import KernelOptions, kernel_name
+from maskc.passes import run_pipeline
+from maskc.plan import Descriptor, KernelTables, TileConfig, kernel_tables, plan
+from maskc.plan.layout import (
+    ConcreteLayout,
+    SequenceValues,
+    bind_sequence,
+    concrete_layout,
+    validate_values,
+)
+from maskc.plan.tiling import Tiling, tiling_for
 
 PLAN_CACHE_SIZE = 64
 
@@ -61,16 +69,19 @@ class CompiledMask:
 
     @property
     def name(self) -> str:
-        return kernel_name(self.program, self.options)
+        return kernel_name(self.program.name, self.options)
+
+    @cached_property
+    def tiling(self) -> Tiling:
+        return tiling_for(self.program, self.options.block_q, self.options.block_k, self.options.family.min_run)
 
     @property
     def tiles(self) -> TileConfig:
-        return TileConfig(self.options.block_q, self.options.block_k)
+        return self.options.tile_config
 
     @property
     def shared_memory_bytes(self) -> int:
-        o = self.options
-        return (o.block_q + 3 * o.block_k) * o.head_dim * 2  # Q, two K buffers, V
+        return self.options.family.shared_memory_bytes(self.options)
 
     def build(self, emit: str = "cubin") -> Artifact:
         return compile_source(self.source, self.options.arch, name=f"{self.name}.cu", emit=emit)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from maskc.reference import dense_mask, region_visible
+from maskc.tools.reference import dense_mask, region_visible
 
 
 def _gather(mask: np.ndarray, q_tokens: np.ndarray, k_tokens: np.ndarray) -> np.ndarray:

@@ -72,7 +72,7 @@ def workdir() -> Path:
 def check_generated_code(compiled, sequences, workdir: Path, note: str = "") -> None:
     """The generated mask code (compiled for the host) equals the exact mask on every pair, and its
     q_token / k_token equal the planner's tiles, for every sequence."""
-    from maskc.reference import dense_mask
+    from maskc.tools.reference import dense_mask
 
     lib = build(compiled.source, workdir)
     desc, tables, layouts = compiled.tables(sequences)

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from maskc.check import fold_constant
 from maskc.diagnostics import MaskError
-from maskc.frontend import read_program
-from maskc.syntax import parse
+from maskc.front import read_program
+from maskc.front.check import fold_constant
+from maskc.front.syntax import parse
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("MASKC_UPDATE_GOLDEN") == "1"

@@ -10,17 +10,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import host_mask
 import numpy as np
 import pytest
-
-import host_mask
 from small_configs import SMALL
 
 from maskc import __version__
-from maskc.codegen import KernelOptions, MAX_REGIONS, kernel_name, render_source
+from maskc.codegen import MAX_REGIONS, render_source
 from maskc.compiler import compile_file, compile_text
 from maskc.diagnostics import MaskError
-from maskc.reference import dense_mask
+from maskc.kernels import KernelOptions, kernel_name
+from maskc.tools.reference import dense_mask
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -50,7 +50,7 @@ def test_every_example_renders_a_readable_source(name):
         assert f"//   [{r}] {region.rule}\n" in banner
     for rule in source_rules(name):  # every rule of the file is named (merged ones side by side)
         assert rule in banner, rule
-    assert 'extern "C" __global__' in c.source and kernel_name(c.program, c.options) in c.source
+    assert 'extern "C" __global__' in c.source and kernel_name(c.program.name, c.options) in c.source
     assert "Head dim 128, bf16 inputs" in banner
 
 
@@ -78,11 +78,27 @@ def test_render_does_not_depend_on_the_hash_seed():
 
 def test_options_reach_the_source():
     c = compiled("causal", KernelOptions(head_dim=64, dtype="fp16"))
-    assert "Head dim 64, fp16 inputs" in c.source and "maskc_causal_fwd_hd64_fp16_bq128_bk64" in c.source
+    assert "Head dim 64, fp16 inputs" in c.source and "maskc_causal_fwd_sm80_hd64_fp16" in c.source
     assert c.source != compiled("causal").source
-    for bad in ({"head_dim": 96}, {"dtype": "fp32"}, {"arch": "sm_70"}):
+    for bad in ({"head_dim": 96}, {"dtype": "fp32"}, {"arch": "sm_70"}, {"head_dim": 256, "arch": "sm_80"}):
         with pytest.raises(ValueError):
             KernelOptions(**bad)
+
+
+@pytest.mark.parametrize("arch, family, tile", [("sm_80", "sm80", (128, 64)), ("sm_90", "sm80", (128, 64)),
+                                                ("sm_90a", "sm90a", (128, 128))])
+def test_the_architecture_picks_the_kernel_family(arch, family, tile):
+    options = KernelOptions(arch=arch)
+    assert options.family.name == family and options.tile == tile
+    c = compiled("causal", options)
+    assert f"maskc_causal_fwd_{family}_hd128_bf16" in c.source and f"kernel family {family}:" in c.source
+    assert f"dynamic shared memory = {options.family.shared_memory_bytes(options)} bytes" in c.source
+
+
+def test_head_dim_256_is_a_hopper_option_with_its_own_tile():
+    options = KernelOptions(head_dim=256, arch="sm_90a")
+    assert options.tile == (128, 64)
+    assert "maskc_causal_fwd_sm90a_hd256_bf16" in compiled("causal", options).source
 
 
 def test_too_many_rules_is_a_mask_error():
@@ -115,10 +131,10 @@ def host_dir(tmp_path_factory):
 
 
 @needs_cxx
-@pytest.mark.parametrize("tiles", [(128, 64), (16, 8)], ids=lambda t: f"{t[0]}x{t[1]}")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])  # the families' tiles: 128 x 64 and 128 x 128
 @pytest.mark.parametrize("name", NAMES)
-def test_generated_mask_code_matches_the_exact_mask_and_tiles(name, tiles, host_dir):
-    c = compiled(name, KernelOptions(block_q=tiles[0], block_k=tiles[1]))
+def test_generated_mask_code_matches_the_exact_mask_and_tiles(name, arch, host_dir):
+    c = compiled(name, KernelOptions(arch=arch))
     host_mask.check_generated_code(c, SMALL[name][1], host_dir)
 
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from maskc import ir
-from maskc.evaluate import Env, evaluate, gather, is_ancestor
-from maskc.frontend import read_program
+from maskc.front import read_program
+from maskc.ir.evaluate import Env, evaluate, gather, is_ancestor
 
 
 def lowered(expr: str) -> ir.Expr:

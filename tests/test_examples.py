@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from maskc.frontend import read_file
+from maskc.front import read_file
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 N = 32768

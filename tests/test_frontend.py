@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from maskc.diagnostics import MaskError
-from maskc.frontend import read_file, read_program
+from maskc.front import read_file, read_program
 
 CAUSAL = "mask m()\nsegments:\n    S = n\nrules:\n    S -> S causal\n"
 

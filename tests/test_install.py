@@ -19,4 +19,4 @@ def test_tests_run_against_the_installed_package():
 
 def test_resources_are_found():
     assert (resource_dir("grammar") / "mask.lark").is_file()
-    assert (resource_dir("templates") / "kernel.cu.j2").is_file()
+    assert (resource_dir("templates") / "common" / "kernel.cu.j2").is_file()

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from maskc import ir
-from maskc.evaluate import Env, evaluate
-from maskc.intervals import ArrayTable, IntervalEvaluator, IntRange
+from maskc.ir.evaluate import Env, evaluate
+from maskc.plan.intervals import ArrayTable, IntervalEvaluator, IntRange
 
 Q, K = ir.Token("q", "index"), ir.Token("k", "index")
 QY, QX = ir.Token("q", "y"), ir.Token("q", "x")

@@ -9,8 +9,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from maskc.frontend import read_program
-from maskc.layout import ValueProblem, bind_sequence, concrete_layout, validate_values
+from maskc.front import read_program
+from maskc.plan.layout import (
+    ValueProblem,
+    bind_sequence,
+    concrete_layout,
+    validate_values,
+)
 
 
 def program(params: str, segments: str, rules: str = "* -> *   full"):

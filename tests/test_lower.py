@@ -2,7 +2,7 @@
 
 from maskc import ir
 from maskc.diagnostics import Span
-from maskc.frontend import read_program
+from maskc.front import read_program
 from maskc.ir import (
     Ancestor,
     ArrayLen,

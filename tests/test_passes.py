@@ -10,20 +10,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-
 from mask_gen import random_masks
 from small_configs import SMALL
 
 from maskc import ir
 from maskc.compiler import bind_consts
-from maskc.frontend import read_file, read_program
-from maskc.layout import bind_sequence, concrete_layout
+from maskc.front import read_file, read_program
 from maskc.passes import PIPELINE, run_pipeline, verify
 from maskc.passes.fold import fold_constants, inline_consts
 from maskc.passes.layout_order import decide_by_layout_order
 from maskc.passes.merge import drop_empty_regions, merge_regions
 from maskc.passes.verify import VerifyError
-from maskc.reference import dense_mask
+from maskc.plan.layout import bind_sequence, concrete_layout
+from maskc.tools.reference import dense_mask
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -10,20 +10,19 @@ import tracemalloc
 from functools import lru_cache
 from pathlib import Path
 
+import host_mask
 import numpy as np
 import pytest
+from descriptor_check import check_descriptor, check_structure
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import host_mask
-from descriptor_check import check_descriptor, check_structure
 from mask_gen import random_masks
 from small_configs import SMALL
 
-from maskc.codegen import KernelOptions
 from maskc.compiler import compile_file, compile_text
+from maskc.kernels import KernelOptions
 from maskc.plan import MAX_DESCRIPTOR_BYTES, PlanError, TileConfig, plan
-from maskc.reference import attention, dense_mask, simulate
+from maskc.tools.reference import attention, dense_mask, simulate
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 CONFIGS = [TileConfig(128, 64), TileConfig(16, 8), TileConfig(8, 16)]

@@ -10,7 +10,7 @@ from maskc import ir
 from maskc.codegen import mask_code
 from maskc.compiler import compile_text
 from maskc.diagnostics import MaskError
-from maskc.ranges import INT64, static_range
+from maskc.ir.ranges import INT64, static_range
 
 HEADER = "mask t(a: int = 1, b: int = 2, c: int = 3, L: [int] = [1], const w: int = 64, const big: int = 3_000_000_000)\n"
 

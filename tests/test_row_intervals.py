@@ -6,17 +6,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-
 from mask_gen import random_masks
 from small_configs import SMALL
+
 from maskc import ir
-from maskc.codegen import KernelOptions
 from maskc.compiler import compile_file, compile_text
-from maskc.evaluate import evaluate
-from maskc.frontend import read_program
-from maskc.layout import segment_bounds, token_info
+from maskc.front import read_program
+from maskc.ir.evaluate import evaluate
+from maskc.kernels import KernelOptions
 from maskc.passes import run_pipeline
-from maskc.reference import pair_env, region_visible
+from maskc.plan.layout import segment_bounds, token_info
+from maskc.tools.reference import pair_env, region_visible
 
 EXAMPLES = __import__("pathlib").Path(__file__).resolve().parents[1] / "examples"
 

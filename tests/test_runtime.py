@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import maskc
-from maskc.codegen import KernelOptions
+from maskc.kernels import KernelOptions
 from maskc.runtime import Attention, _host_ints, _is_per_sequence, split_options
 
 SHARED_PROMPT = """mask sp(n: int = 64, responses: [int] = [8, 8], bonus: int = 0, table: [[bool]] = [[true]],

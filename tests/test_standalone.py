@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import ctypes
 
+import host_mask
 import numpy as np
 import pytest
-
-import host_mask
 from small_configs import SMALL
-from maskc.codegen import KernelOptions, planner_name
-from maskc.compiler import compile_file
 
+from maskc.compiler import compile_file
+from maskc.kernels import KernelOptions, planner_name
 
 pytestmark = pytest.mark.skipif(host_mask.compiler() is None, reason="needs a C++ compiler")
 
@@ -73,7 +72,7 @@ extern "C" int maskc_test_plan_{index}(long long* seq_row, int* seg_start, int* 
 def test_standalone_planner_matches_maskc(name, tmp_path):
     consts, sequences = SMALL[name]
     compiled = compile_file(EXAMPLES / f"{name}.mask", KernelOptions(), consts)
-    prefix = planner_name(compiled.program, compiled.options)
+    prefix = planner_name(compiled.program.name, compiled.options)
     values, layouts = compiled.bind(sequences)
     extra = HARNESS.replace("PLANNER", prefix).replace("KIND", compiled.code.kind_type)
     extra += "".join(_values_code(prefix, compiled.program, v, i) for i, v in enumerate(values))

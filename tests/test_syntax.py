@@ -1,9 +1,9 @@
 """The parser: every construct of docs/language.md, source spans, and syntax errors in words."""
 
 import pytest
+
 from maskc.diagnostics import MaskError, Span
-from maskc.resources import resource_dir
-from maskc.syntax import (
+from maskc.front.syntax import (
     AllSegments,
     Attribute,
     BinaryOp,
@@ -21,6 +21,7 @@ from maskc.syntax import (
     UnaryOp,
     parse,
 )
+from maskc.resources import resource_dir
 
 HEADER = "mask m()\nsegments:\n    S = n\nrules:\n"
 

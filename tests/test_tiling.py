@@ -9,13 +9,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from small_configs import SMALL
 
 from maskc.compiler import bind_consts, compile_file, compile_text
-from maskc.frontend import read_program
+from maskc.front import read_program
 from maskc.passes import run_pipeline
-from maskc.tiling import block_of, block_table, complete, extent, split, tile_tokens, tiling_for
+from maskc.plan.tiling import (
+    block_of,
+    block_table,
+    complete,
+    extent,
+    split,
+    tile_tokens,
+    tiling_for,
+)
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 CONFIGS = [(128, 64), (16, 8), (8, 16)]

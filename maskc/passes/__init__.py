@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .. import ir
+from maskc import ir
+
 from .fold import fold_constants, inline_consts
 from .layout_order import decide_by_layout_order
 from .merge import drop_empty_regions, merge_regions

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .. import ir
-from ..diagnostics import MaskError
-from ..evaluate import Env, evaluate
-from ..ranges import static_range
+from maskc import ir
+from maskc.diagnostics import MaskError
+from maskc.ir.evaluate import Env, evaluate
+from maskc.ir.ranges import static_range
 
 
 def inline_consts(program: ir.Program) -> ir.Program:

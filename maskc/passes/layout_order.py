@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .. import ir
+from maskc import ir
+
 from .fold import simplify
 
 _Q = ir.Token("q", "index")

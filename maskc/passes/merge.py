@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .. import ir
+from maskc import ir
 
 
 def drop_empty_regions(program: ir.Program) -> ir.Program:

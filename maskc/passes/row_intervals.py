@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .. import ir
-from ..diagnostics import MaskError
-from ..ranges import static_range
+from maskc import ir
+from maskc.diagnostics import MaskError
+from maskc.ir.ranges import static_range
+
 from .fold import simplify
 
 _K = ir.Token("k", "index")

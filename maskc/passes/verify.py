@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import ir
+from maskc import ir
 
 
 class VerifyError(AssertionError):

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from small_configs import SMALL
 
 torch = pytest.importorskip("torch")
@@ -20,7 +19,7 @@ pytest.importorskip("cupy")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 import maskc  # noqa: E402
-from maskc.reference import dense_mask  # noqa: E402
+from maskc.tools.reference import dense_mask  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TORCH_DTYPE = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -69,9 +68,14 @@ def check(out, lse, q, k, v, masks, lengths, scale, packed):
             assert lerr <= 1e-3, f"sequence {b}: LSE error {lerr:.3g}"
 
 
-def run_case(name, head_dim=128, dtype="bf16", heads=(4, 4), packed=True, seed=0):
-    consts, sequences = SMALL[name]
-    attn = maskc.load(EXAMPLES / f"{name}.mask", head_dim=head_dim, dtype=dtype, **consts)
+# Every kernel family the GPU can run: the portable one, and on Hopper the sm_90a one.
+FAMILIES = ["sm_80"] + (["sm_90a"] if torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0) else [])
+
+
+def run_case(name, head_dim=128, dtype="bf16", heads=(4, 4), packed=True, seed=0, arch="sm_80", sequences=None):
+    consts, small = SMALL[name]
+    sequences = sequences or small
+    attn = maskc.load(EXAMPLES / f"{name}.mask", head_dim=head_dim, dtype=dtype, arch=arch, **consts)
     values, layouts = attn.compiled.bind(sequences)
     lengths = [lay.n for lay in layouts]
     if not packed and len(set(lengths)) != 1:
@@ -96,24 +100,44 @@ def run_case(name, head_dim=128, dtype="bf16", heads=(4, 4), packed=True, seed=0
     check(out, lse, q, k, v, masks, lengths, scale, packed)
 
 
+@pytest.mark.parametrize("arch", FAMILIES)
 @pytest.mark.parametrize("name", sorted(SMALL))
-def test_example_bf16_hd128_packed(name):
-    run_case(name)
+def test_example_bf16_hd128_packed(name, arch):
+    run_case(name, arch=arch)
 
 
+@pytest.mark.parametrize("arch", FAMILIES)
 @pytest.mark.parametrize("name", ["causal", "document", "clear_text", "rm_shared", "tree", "block_sparse"])
-def test_example_fp16_hd64_gqa(name):
-    run_case(name, head_dim=64, dtype="fp16", heads=(6, 2), seed=1)
+def test_example_fp16_hd64_gqa(name, arch):
+    run_case(name, head_dim=64, dtype="fp16", heads=(6, 2), seed=1, arch=arch)
 
 
+@pytest.mark.parametrize("arch", FAMILIES)
 @pytest.mark.parametrize("name", ["hstu", "natten2d", "sliding_window", "tree", "clear"])
-def test_example_padded_batch(name):
-    run_case(name, packed=False, heads=(2, 1), seed=2)
+def test_example_padded_batch(name, arch):
+    run_case(name, packed=False, heads=(2, 1), seed=2, arch=arch)
 
 
-def test_fresh_inputs_every_call():
+@pytest.mark.skipif("sm_90a" not in FAMILIES, reason="head dim 256 is a Hopper-family option")
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("name", ["causal", "document", "clear_text", "video3d"])
+def test_example_hd256_hopper(name, dtype):
+    run_case(name, head_dim=256, dtype=dtype, heads=(4, 2), seed=3, arch="sm_90a")
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+@pytest.mark.parametrize("name, sequences", [("causal", [{"n": 3001}]), ("sliding_window", [{"n": 2900, "window": 700}]),
+                                             ("document", [{"docs": [1000, 17, 1500]}, {"docs": [129, 2000]}])])
+def test_longer_sequences_cycle_the_pipeline(name, sequences, arch):
+    """Dozens of key tiles per row and more (work item, head) pairs than CTAs: every pipeline stage and
+    barrier phase is reused many times, and a persistent CTA takes several work items."""
+    run_case(name, heads=(8, 2), seed=4, arch=arch, sequences=sequences)
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_fresh_inputs_every_call(arch):
     for seed in range(3):
-        run_case("document", seed=10 + seed)
+        run_case("document", seed=10 + seed, arch=arch)
 
 
 def test_cupy_arrays_give_the_same_result_as_torch_tensors():

@@ -6,14 +6,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from small_configs import SMALL
 
 cupy = pytest.importorskip("cupy")
 pytestmark = pytest.mark.gpu
 
-from maskc.codegen import KernelOptions, planner_name  # noqa: E402
 from maskc.compiler import compile_file  # noqa: E402
+from maskc.kernels import KernelOptions, planner_name  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TILE_FULL = 0x80000000
@@ -30,7 +29,7 @@ def test_classify_kernel_matches_the_descriptor(name):
     offset = np.concatenate([[0], np.cumsum(tiles_per_item)[:-1]]).astype(np.int64)
     classes = cupy.full(int(tiles_per_item.sum()) + 1, 0xDEADBEEF, dtype=cupy.uint32)  # poisoned
     module = cupy.RawModule(path=str(compiled.cubin))
-    kernel = module.get_function(f"{planner_name(compiled.program, compiled.options)}_classify")
+    kernel = module.get_function(f"{planner_name(compiled.program.name, compiled.options)}_classify")
     args = [cupy.asarray(a) for a in (tables.seq_table, tables.seg_start, tables.seg_code, tables.arrays, work, offset)]
     kernel((len(work),), (256,), (*args, classes))
     classes = classes.get()

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 
-from . import ir
-from .check import check
-from .diagnostics import Diagnostic, MaskError, Source, Span
-from .lower import lower
-from .syntax import parse
+from maskc import ir
+from maskc.diagnostics import Diagnostic, MaskError, Source, Span
+from maskc.front.check import check
+from maskc.front.lower import lower
+from maskc.front.syntax import parse
 
 
 def read_program(text: str, path: str = "<mask>") -> ir.Program:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from functools import reduce
 
-from . import ir
-from .check import fold_constant, lists_indexed_by
-from .diagnostics import Source, Span
-from .syntax import (
+from maskc import ir
+from maskc.diagnostics import Source, Span
+from maskc.front.check import fold_constant, lists_indexed_by
+from maskc.front.syntax import (
     AllSegments,
     Attribute,
     BinaryOp,

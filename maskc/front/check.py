@@ -10,9 +10,8 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from .diagnostics import Diagnostic, MaskError, Source, Span
-from .ir import ParamType
-from .syntax import (
+from maskc.diagnostics import Diagnostic, MaskError, Source, Span
+from maskc.front.syntax import (
     INT64_MAX,
     INT64_MIN,
     AllSegments,
@@ -40,6 +39,7 @@ from .syntax import (
     UnaryOp,
     subexpressions,
 )
+from maskc.ir import ParamType
 
 INT = ParamType("int")
 BOOL = ParamType("bool")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Union
 
-from .diagnostics import Source, Span
+from maskc.diagnostics import Source, Span
 
 _NOSPAN = field(default=Span.unknown(), compare=False, repr=False, kw_only=True)
 
@@ -391,3 +391,13 @@ class Program:
     @property
     def runtime_params(self) -> tuple[ParamDecl, ...]:
         return tuple(p for p in self.params if not p.const and p.name != "n")
+
+
+# The largest family a layout may expand to (a limit of the language, checked when values are bound).
+MAX_FAMILY_MEMBERS = 2**24
+
+
+def layout_uses_n(program: Program) -> bool:
+    """Whether the layout reads `n` (else it fixes the length itself, and `n` may be left out)."""
+    exprs = [e for s in program.segments for e in (s.length, s.count, *s.dims) if e is not None]
+    return any("n" in params_used(e) for e in exprs)

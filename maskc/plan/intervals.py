@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import ir
-from .arrays import distinct
-
+from maskc import ir
+from maskc.plan.arrays import distinct
 
 Roots = dict  # root name -> count (or flag) per box
 
@@ -316,7 +315,7 @@ class IntervalEvaluator:
         point = (node.lo == node.hi) & (anc.lo == anc.hi)
         table = self.arrays[e.array]
         if point.any() and table.parents is not None:
-            from .evaluate import is_ancestor
+            from maskc.ir.evaluate import is_ancestor
 
             idx = np.nonzero(point)[0]
             for s in distinct(table.seq[idx]):

@@ -6,54 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import ir
-from .evaluate import Env, evaluate
-from .layout import ConcreteLayout, SequenceValues, segment_bounds, token_info
-
-
-def pair_env(params: dict, arrays: dict, q: np.ndarray, k: np.ndarray, q_facts: dict, k_facts: dict) -> Env:
-    """What a predicate's names stand for at pairs (q, k), from the tokens' segment facts."""
-    tokens = {}
-    for side, pos, facts in (("q", q, q_facts), ("k", k, k_facts)):
-        tokens[(side, "index")] = pos
-        tokens[("member", side)] = facts["member"]
-        for attr in ("pos", "start", "end", "t", "y", "x"):
-            tokens[(side, attr)] = facts[attr]
-    return Env(params=params, arrays=arrays, tokens=tokens)
-
-
-def regions_visible(program: ir.Program, regions, env: Env, q_symbol: np.ndarray, k_symbol: np.ndarray,
-                    shape: tuple) -> np.ndarray:
-    """Whether any of `regions` makes each pair visible: its sides hold the tokens' segments (bit masks over
-    segment symbols; np.isin is slow at these sizes) and its predicate holds."""
-    out = np.zeros(shape, dtype=bool)
-    for region in regions:
-        q_bits = sum(1 << program.segment_index(s) for s in region.q.segments)
-        k_bits = sum(1 << program.segment_index(s) for s in region.k.segments)
-        inside = ((q_bits >> q_symbol) & 1).astype(bool) & ((k_bits >> k_symbol) & 1).astype(bool)
-        if inside.any():
-            out |= inside & np.asarray(evaluate(region.pred, env), dtype=bool)
-    return out
-
-
-def visible(program: ir.Program, layout: ConcreteLayout, values: SequenceValues, q, k, regions=None) -> np.ndarray:
-    """The mask at pairs (q, k) (broadcast) of one sequence, from all regions or the given ones; positions
-    outside [0, n) are never visible."""
-    q = np.asarray(q, dtype=np.int64)
-    k = np.asarray(k, dtype=np.int64)
-    shape = np.broadcast_shapes(q.shape, k.shape)
-    if layout.n == 0:
-        return np.zeros(shape, dtype=bool)
-    valid = (q >= 0) & (q < layout.n) & (k >= 0) & (k < layout.n)
-    qc = np.clip(q, 0, layout.n - 1)
-    kc = np.clip(k, 0, layout.n - 1)
-    q_facts, k_facts = token_info(program, layout, qc), token_info(program, layout, kc)
-    params = {name: (v if isinstance(v, bool) else np.int64(v)) for name, v in values.scalars.items()}
-    params["n"] = np.int64(layout.n)
-    env = pair_env(params, values.arrays, qc, kc, q_facts, k_facts)
-    env.bounds = segment_bounds([s.name for s in program.segments], layout)
-    chosen = program.regions if regions is None else regions
-    return regions_visible(program, chosen, env, q_facts["symbol"], k_facts["symbol"], shape) & valid
+from maskc import ir
+from maskc.plan.exact import pair_env, regions_visible, visible  # noqa: F401  (re-exported for the tests)
+from maskc.plan.layout import ConcreteLayout, SequenceValues
 
 
 def region_visible(program: ir.Program, region: ir.Region, layout: ConcreteLayout, values: SequenceValues,

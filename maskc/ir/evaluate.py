@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import ir
+from maskc import ir
 
 
 @dataclass

@@ -12,14 +12,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import ir
-from .evaluate import Env, evaluate
+from maskc import ir
+from maskc.ir import MAX_FAMILY_MEMBERS, layout_uses_n  # noqa: F401  (part of this module's interface)
+from maskc.ir.evaluate import Env, evaluate
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 MAX_SEQUENCE_LENGTH = 2**31 - 1
-MAX_FAMILY_MEMBERS = 2**24
-
-
 @dataclass(frozen=True)
 class SequenceValues:
     """The runtime values of one sequence: `n`, scalars and list parameters (numpy arrays)."""
@@ -177,11 +175,6 @@ def _env(values: SequenceValues, n: int | None) -> Env:
     if n is not None:
         params["n"] = np.int64(n)
     return Env(params=params, arrays=values.arrays)
-
-
-def layout_uses_n(program: ir.Program) -> bool:
-    exprs = [e for s in program.segments for e in (s.length, s.count, *s.dims) if e is not None]
-    return any("n" in ir.params_used(e) for e in exprs)
 
 
 def _check_family_lists(seg: ir.Segment, count: int, values: SequenceValues, where: str) -> None:

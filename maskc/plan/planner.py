@@ -20,23 +20,33 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import ir
-from .arrays import distinct, expand
-from .evaluate import Env, evaluate
-from .intervals import ArrayTable, IntervalEvaluator, IntRange
-from .layout import ConcreteLayout, SequenceValues, entry_grid_dims, segment_bounds, segment_facts
-from .reference import pair_env, regions_visible, visible
-from .tiling import (BlockTable, Tiling, block_of, block_table, complete, extent, split, tile_tokens,
-                     tiling_for)
+from maskc import ir
+from maskc.ir.evaluate import Env, evaluate
+from maskc.plan.arrays import distinct, expand
+from maskc.plan.exact import pair_env, regions_visible, visible
+from maskc.plan.intervals import ArrayTable, IntervalEvaluator, IntRange
+from maskc.plan.layout import (
+    ConcreteLayout,
+    SequenceValues,
+    entry_grid_dims,
+    segment_bounds,
+    segment_facts,
+)
+from maskc.plan.tiling import (
+    BlockTable,
+    TileConfig,
+    Tiling,
+    block_of,
+    block_table,
+    complete,
+    extent,
+    split,
+    tile_tokens,
+    tiling_for,
+)
 
 MAX_DESCRIPTOR_BYTES = 1 << 30
 DEFAULT_REFINE_BUDGET = 1 << 18  # (q, k) pairs evaluated exactly per plan
-
-
-@dataclass(frozen=True)
-class TileConfig:
-    block_q: int = 128
-    block_k: int = 64
 
 
 @dataclass
@@ -479,7 +489,7 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
          config: TileConfig = TileConfig(), refine_budget: int = DEFAULT_REFINE_BUDGET,
          tiling: Tiling | None = None) -> Descriptor:
     start = time.perf_counter()
-    tiling = tiling or tiling_for(program, config.block_q, config.block_k)
+    tiling = tiling or tiling_for(program, config.block_q, config.block_k, config.min_run)
     batch = _Batch.of(layouts, values, tiling)
     bt = batch.blocks
     q_tiles, k_tiles = bt.tiles("q"), bt.tiles("k")
@@ -657,28 +667,29 @@ def kernel_tables(code, desc: Descriptor, layouts: list[ConcreteLayout], values:
     """Everything besides Q, K, V the kernel needs, for the sequences of one launch. `code` is the
     `codegen.MaskCode` the kernel was generated from (it names the per-sequence values)."""
     batch = len(layouts)
-    seq_table = np.zeros((batch, code.seq_fields), dtype=np.int64)
+    table = code.seq_table
+    seq_table = np.zeros((batch, table.width), dtype=np.int64)
     seg_begin = np.concatenate([[0], np.cumsum([len(lay.starts) for lay in layouts])]).astype(np.int64)
     array_parts, array_offset = [], 0
-    fixed = len(code.SEQ_FIXED)
     bt = desc.blocks
     for b, (lay, val) in enumerate(zip(layouts, values)):
-        seq_table[b, :fixed] = (token_offsets[b], lay.n, seg_begin[b], len(lay.starts))
+        for name, value in zip(table.FIXED, (token_offsets[b], lay.n, seg_begin[b], len(lay.starts))):
+            seq_table[b, table.fixed(name)] = value
         rows = slice(bt.rows_of_seq[b], bt.rows_of_seq[b + 1])
         blocks = np.stack([bt.start[rows], *bt.dims[rows].T, bt.first_q[rows], bt.first_k[rows]], axis=1)
-        seq_table[b, fixed:fixed + blocks.size] = blocks.reshape(-1)
+        seq_table[b, table.block(0):table.block(0) + blocks.size] = blocks.reshape(-1)  # fields in table.BLOCK order
         for slot, info in enumerate(code.arrays):
             a = val.arrays[info.name]
             rows, cols = (1, a.shape[0]) if a.ndim == 1 else a.shape
-            at = code.array_field(slot)
-            seq_table[b, at:at + 3] = (array_offset, rows, cols)
+            for name, value in zip(table.ARRAY, (array_offset, rows, cols)):
+                seq_table[b, table.array(slot, name)] = value
             array_parts.append(a.reshape(-1).astype(np.int32))
             array_offset += a.size
         env = Env(params={k: (v if isinstance(v, bool) else np.int64(v)) for k, v in val.scalars.items()} | {"n": np.int64(lay.n)},
                   arrays=val.arrays, bounds=segment_bounds(code.segment_names, lay))
         for i, sv in enumerate(code.seq_values):
             try:
-                seq_table[b, code.value_field(i)] = int(evaluate(sv.expr, env))
+                seq_table[b, table.value(i)] = int(evaluate(sv.expr, env))
             except ZeroDivisionError:
                 raise PlanError(f"sequence {b}: {sv.text} divides by zero for these parameter values") from None
     kinds = desc.kind.astype({8: np.uint8, 16: np.uint16, 32: np.uint32}[code.kind_bits])

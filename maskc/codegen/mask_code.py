@@ -1,4 +1,4 @@
-"""Code generation: the IR becomes a self-contained CUDA source file.
+"""The mask as generated code, split by what each piece depends on.
 
 The mask reaches the kernel as generated code, split by what each piece depends on, so that the inner loop
 does as little as possible:
@@ -13,42 +13,14 @@ does as little as possible:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from functools import lru_cache
 
-import jinja2
-
-from . import __version__, ir
-from .diagnostics import error
-from .layout import MAX_FAMILY_MEMBERS, layout_uses_n
-from .ranges import Range, static_range
-from .resources import resource_dir
-from .tiling import tiling_for
+from maskc import ir
+from maskc.diagnostics import error
+from maskc.ir.ranges import Range, static_range
+from maskc.kernels.abi import SeqTable
 
 MAX_REGIONS = 32
-ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
-DTYPES = {"bf16": "bf16", "fp16": "f16"}
-HEAD_DIMS = (64, 128)
-
-
-@dataclass(frozen=True)
-class KernelOptions:
-    """Everything a compile depends on besides the mask; frozen, so it can key the build cache."""
-
-    head_dim: int = 128
-    dtype: str = "bf16"
-    arch: str = "sm_90"
-    block_q: int = 128
-    block_k: int = 64
-
-    def __post_init__(self):
-        if self.head_dim not in HEAD_DIMS:
-            raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {self.head_dim}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
-        if self.arch not in ARCHS:
-            raise ValueError(f"arch must be one of {ARCHS}, got {self.arch!r}")
 
 
 @dataclass(frozen=True)
@@ -112,21 +84,12 @@ class MaskCode:
         n = len(self.regions)
         return 8 if n <= 8 else 16 if n <= 16 else 32
 
-    # The sequence table (int64 per sequence): fixed fields, 3 per list parameter, then the values.
-    SEQ_FIXED = ("token_offset", "length", "segment_begin", "segment_count")
-
-    blocks: int = 1  # blocks of tiles per sequence (maskc.tiling), 6 fields each
-    BLOCK_FIELDS = ("start", "dims_t", "dims_y", "dims_x", "first_q", "first_k")
+    blocks: int = 1  # blocks of tiles per sequence (maskc.plan.tiling)
 
     @property
-    def seq_fields(self) -> int:
-        return len(self.SEQ_FIXED) + len(self.BLOCK_FIELDS) * self.blocks + 3 * len(self.arrays) + len(self.seq_values)
-
-    def array_field(self, slot: int) -> int:
-        return len(self.SEQ_FIXED) + len(self.BLOCK_FIELDS) * self.blocks + 3 * slot
-
-    def value_field(self, index: int) -> int:
-        return self.array_field(len(self.arrays)) + index
+    def seq_table(self) -> SeqTable:
+        """The layout of the per-sequence table for this mask (see maskc.kernels.abi.SeqTable)."""
+        return SeqTable(self.blocks, len(self.arrays), len(self.seq_values))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -345,139 +308,3 @@ def mask_code(program: ir.Program) -> MaskCode:
         if b.token_fields[side] & {"pos", "member", "start", "end"} or any(f.startswith("grid:") for f in b.token_fields[side]):
             setattr(b.code, f"lookup_{side}", True)
     return b.code
-
-
-# ---------------------------------------------------------------------------------------------------
-# Rendering the source
-# ---------------------------------------------------------------------------------------------------
-
-
-@lru_cache(maxsize=1)
-def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-
-
-def kernel_name(program: ir.Program, options: KernelOptions) -> str:
-    """A readable, unique name: the mask, head dim, dtype and tile shape."""
-    base = re.sub(r"[^A-Za-z0-9_]", "_", program.name)
-    return f"maskc_{base}_fwd_hd{options.head_dim}_{options.dtype}_bq{options.block_q}_bk{options.block_k}"
-
-
-def _grids(program: ir.Program, code: MaskCode) -> dict[str, list[dict]]:
-    """Per side, the grid segments whose coordinates the mask reads, with their dimensions as C code."""
-    out: dict[str, list[dict]] = {"q": [], "k": []}
-    for side in "qk":
-        for f in sorted(code.token_fields[side]):
-            if not f.startswith("grid:"):
-                continue
-            seg = program.segment(f[5:])
-            dims = []
-            for d in seg.dims:
-                if isinstance(d, ir.Const):
-                    dims.append(str(int(d.value)))
-                else:
-                    dims.append(f"imax({_seq_value_ref(code, d)}, 1)")
-            out[side].append({"name": seg.name, "symbol": program.segment_index(seg.name), "dims": dims})
-    return out
-
-
-def _seq_value_ref(code: MaskCode, e: ir.Expr) -> str:
-    for i, sv in enumerate(code.seq_values):
-        if sv.expr == e:
-            return f"(int)s.v{i}"
-    code.seq_values.append(SeqValue(e, "long long", False))
-    return f"(int)s.v{len(code.seq_values) - 1}"
-
-
-def host_expr(e: ir.Expr, prefix: str, segments: list[str]) -> str:
-    """C++ for the host planner: a layout or sequence value over the runtime values `v`, in 64 bits."""
-    def r(x: ir.Expr) -> str:
-        return host_expr(x, prefix, segments)
-
-    if isinstance(e, ir.SegmentBound):
-        return f"span_{'end' if e.end else 'start'}[{segments.index(e.segment)}]"
-    if isinstance(e, ir.Const):
-        return f"{int(e.value)}LL"
-    if isinstance(e, ir.Param):
-        return "N_" if e.name == "n" else f"(long long)v.{e.name}"
-    if isinstance(e, ir.FamilyIndex):
-        return "i"
-    if isinstance(e, ir.Index):
-        if len(e.indices) == 1:
-            return f"{prefix}_read(v.{e.array}, 1, v.{e.array}_len, 0, {r(e.indices[0])})"
-        return f"{prefix}_read(v.{e.array}, v.{e.array}_rows, v.{e.array}_cols, {r(e.indices[0])}, {r(e.indices[1])})"
-    if isinstance(e, ir.ArrayLen):
-        return f"v.{e.array}_len"
-    if isinstance(e, ir.ArraySum):
-        return f"{prefix}_sum(v.{e.array}, v.{e.array}_len)"
-    if isinstance(e, ir.Unary):
-        return {"neg": f"(-{r(e.arg)})", "abs": f"iabs({r(e.arg)})", "not": f"(!{r(e.arg)})"}[e.op]
-    if isinstance(e, ir.Pow):
-        return f"ipow({r(e.base)}, {e.exponent})"
-    if isinstance(e, ir.Binary):
-        if e.op in ("min", "max"):
-            return f"i{e.op}({r(e.lhs)}, {r(e.rhs)})"
-        if e.op in ("//", "%"):
-            return f"{prefix}_{'div' if e.op == '//' else 'mod'}({r(e.lhs)}, {r(e.rhs)}, &err)"
-        return f"({r(e.lhs)} {e.op} {r(e.rhs)})"
-    if isinstance(e, ir.Compare):
-        return f"(long long)({r(e.lhs)} {e.op} {r(e.rhs)})"
-    if isinstance(e, ir.Logic):
-        op = " && " if e.op == "and" else " || "
-        return "(long long)(" + op.join(r(a) for a in e.args) + ")"
-    raise TypeError(f"no host code for {ir.show(e)}")
-
-
-def planner_name(program: ir.Program, options: KernelOptions) -> str:
-    """The standalone planner depends on the mask and the tile shape only."""
-    base = re.sub(r"[^A-Za-z0-9_]", "_", program.name)
-    return f"maskc_{base}_bq{options.block_q}_bk{options.block_k}"
-
-
-def _family_lists(program: ir.Program) -> dict[str, list[str]]:
-    """Lists a family's length indexes with its member index: they must have one entry per member."""
-    out = {}
-    for seg in program.segments:
-        names = []
-        if seg.kind == "family":
-            for node in ir.walk(seg.length):
-                if isinstance(node, ir.Index) and isinstance(node.indices[0], ir.FamilyIndex) and node.array not in names:
-                    names.append(node.array)
-        out[seg.name] = names
-    return out
-
-
-def render_source(program: ir.Program, options: KernelOptions, source_name: str = "") -> tuple[str, MaskCode]:
-    """The complete `.cu` file for the mask, and the mask code the planner needs to fill its tables."""
-    code = mask_code(program)
-    tiling = tiling_for(program, options.block_q, options.block_k)
-    code.blocks = len(tiling.blocks)
-    grids = _grids(program, code)
-    env = _environment()
-    text = env.get_template("kernel.cu.j2").render(
-        version=__version__,
-        source_name=source_name or (program.source.path if program.source else "<mask>"),
-        program=program,
-        rules=[(r.rule or ir.show(r.pred)) for r in program.regions],
-        show=ir.show,
-        code=code,
-        grids=grids,
-        opt=options,
-        kernel_name=kernel_name(program, options),
-        element="bf16" if options.dtype == "bf16" else "f16",
-        tiling=tiling,
-        params=[p for p in program.params],
-        P=planner_name(program, options),
-        runtime_params=program.runtime_params,
-        host=lambda e: host_expr(e, planner_name(program, options), [s.name for s in program.segments]),
-        family_lists=_family_lists(program),
-        layout_uses_n=layout_uses_n(program),
-        max_members=MAX_FAMILY_MEMBERS,
-    )
-    return text, code

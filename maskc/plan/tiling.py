@@ -17,8 +17,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import ir
-from .layout import ConcreteLayout
+from maskc import ir
+from maskc.plan.layout import ConcreteLayout
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """Query and key tile sizes in tokens, and the narrowest x extent a grid tile may have."""
+
+    block_q: int = 128
+    block_k: int = 64
+    min_run: int = 1
 
 
 @dataclass(frozen=True)
@@ -45,13 +54,19 @@ class Tiling:
     def has_grids(self) -> bool:
         return any(b.grid for b in self.blocks)
 
+    def run(self, side: str) -> int:
+        """Consecutive tokens that every tile of `side` holds in each of its rows (slots run*j ... run*j +
+        run - 1 are consecutive tokens): what one bulk copy can move. A grid tile's row is its x extent."""
+        return min(b.shape(side)[2] for b in self.blocks)
 
-def _grid_shape(dims: tuple[int | None, ...], preferred: tuple[int, int, int]) -> tuple[int, int, int]:
+
+def _grid_shape(dims: tuple[int | None, ...], preferred: tuple[int, int, int], min_run: int = 1) -> tuple[int, int, int]:
     """The preferred (t, y, x) tile shape, narrowed along an axis the grid is known to be narrower than
-    (its slots go to the next slower axis), so that small grids do not waste slots."""
+    (its slots go to the next slower axis), so that small grids do not waste slots; x stays at least
+    `min_run` wide (a kernel that copies rows of `min_run` consecutive tokens needs that)."""
     tt, th, tw = preferred
     _, h_dim, w_dim = ((None,) * (3 - len(dims)) + tuple(dims))[-3:]
-    while w_dim is not None and tw > 1 and tw // 2 >= w_dim:
+    while w_dim is not None and tw > max(1, min_run) and tw // 2 >= w_dim:
         tw, th = tw // 2, th * 2
     while len(dims) == 3 and h_dim is not None and th > 1 and th // 2 >= h_dim:
         th, tt = th // 2, tt * 2
@@ -79,7 +94,7 @@ def _scaled(shape: tuple[int, int, int], size: int) -> tuple[int, int, int]:
     return (tt, max(1, size // (tt * tw)), tw) if size >= tt * tw else (1, 1, size)
 
 
-def tiling_for(program: ir.Program, block_q: int, block_k: int) -> Tiling:
+def tiling_for(program: ir.Program, block_q: int, block_k: int, min_run: int = 1) -> Tiling:
     grids = grids_tiled_by_coordinates(program)
     blocks: list[Block] = []
     run_start = None
@@ -89,8 +104,8 @@ def tiling_for(program: ir.Program, block_q: int, block_k: int) -> Tiling:
                 blocks.append(Block(run_start, s - 1, False, (1, 1, block_q), (1, 1, block_k)))
                 run_start = None
             dims = tuple(int(d.value) if isinstance(d, ir.Const) else None for d in seg.dims)
-            q_shape = _grid_shape(dims, _scaled(_SHAPES[(len(dims), "q")], block_q))
-            k_shape = _grid_shape(dims, _scaled(_SHAPES[(len(dims), "k")], block_k))
+            q_shape = _grid_shape(dims, _scaled(_SHAPES[(len(dims), "q")], block_q), min_run)
+            k_shape = _grid_shape(dims, _scaled(_SHAPES[(len(dims), "k")], block_k), min_run)
             blocks.append(Block(s, s, True, q_shape, k_shape))
         elif run_start is None:
             run_start = s

@@ -14,12 +14,12 @@ from typing import Callable
 
 import numpy as np
 
-from . import ir
-from .compiler import CompiledMask, compile_program
-from .codegen import KernelOptions
-from .layout import ConcreteLayout, SequenceValues
-from .plan import Descriptor
-from .reference import dense_mask, visible
+from maskc import ir
+from maskc.compiler import CompiledMask, compile_program
+from maskc.kernels import KernelOptions
+from maskc.plan import Descriptor
+from maskc.plan.layout import ConcreteLayout, SequenceValues
+from maskc.tools.reference import dense_mask, visible
 
 EXACT_PICTURE_MAX_N = 4096  # up to here the picture is the exact boolean mask, one pixel per pair
 PICTURE_MAX_PIXELS = 2048  # beyond it, each pixel shows the visible fraction of a square of pairs

@@ -14,7 +14,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from .compiler import CompiledMask
+from maskc.compiler import CompiledMask
+from maskc.kernels import abi
+from maskc.runtime.tensor_maps import tensor_map
 
 _ELEMENT_BYTES = 2
 _ALIGN = 16
@@ -179,6 +181,8 @@ class Attention:
     def _launch(self, tq, tk, tv, to, tl, packed, desc, tables, scale, return_lse):
         import cupy
 
+        compiled, options = self.compiled, self.compiled.options
+        family = options.family
         hq, hkv = tq.shape[-2], tk.shape[-2]
         out, lse = to.obj, tl.obj
         if tq.library == "torch":
@@ -187,27 +191,53 @@ class Attention:
             stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(tq.obj.device).cuda_stream, tq.device)
         else:
             stream = cupy.cuda.get_current_stream(tq.device)
-        out_ptr, lse_ptr, out_strides = to.ptr, tl.ptr, to.strides
-        if packed:
-            q_s, k_s, v_s, o_s = ((0,) + t for t in (tq.strides[:2], tk.strides[:2], tv.strides[:2], out_strides[:2]))
+        if packed:  # [T, H, D]: no sequence stride; LSE is [H, T]
+            strides = {t: (0,) + x.strides[:2] for t, x in (("q", tq), ("k", tk), ("v", tv), ("o", to))}
             lse_strides = (0, tq.shape[0])
-        else:
-            q_s, k_s, v_s, o_s = (t[:3] for t in (tq.strides, tk.strides, tv.strides, out_strides))
+        else:  # [B, N, H, D]; LSE is [B, H, N]
+            strides = {t: x.strides[:3] for t, x in (("q", tq), ("k", tk), ("v", tv), ("o", to))}
             lse_strides = (hq * tq.shape[1], tq.shape[1])
         work_items = len(desc.work_seq)
         if work_items == 0 or hq == 0:
             return (out, lse) if return_lse else out
-        _, kernel = _module(str(self.compiled.cubin), self.compiled.name, self.compiled.shared_memory_bytes, tq.device)
-        device_tables = _upload(tables, tq.device, stream)
-        args = (
-            np.uint64(tq.ptr), np.uint64(tk.ptr), np.uint64(tv.ptr), np.uint64(out_ptr), np.uint64(lse_ptr),
-            *(np.int64(s) for s in (*q_s, *k_s, *v_s, *o_s, *lse_strides)),
-            np.int32(hq), np.int32(hq // hkv), np.float32(scale * math.log2(math.e)),
-            *device_tables,
-        )
+        device_tables = dict(zip(("work", "row_ptr", "k_tiles", "kinds", "seq_table", "seg_start", "seg_code", "arrays"),
+                                 _upload(tables, tq.device, stream)))
+        values = {
+            "o": to.ptr, "lse": tl.ptr,
+            **{f"o_stride_{d}": s for d, s in zip("bth", strides["o"])},
+            "lse_stride_b": lse_strides[0], "lse_stride_h": lse_strides[1],
+            "num_heads": hq, "kv_group": hq // hkv, "scale_log2": scale * math.log2(math.e),
+            **{name: arr.data.ptr for name, arr in device_tables.items()},
+        }
+        names = {a.name for a in family.forward_args}
+        if "q" in names:  # the portable kernel reads Q, K and V through pointers
+            for t, x in (("q", tq), ("k", tk), ("v", tv)):
+                values[t] = x.ptr
+                values.update({f"{t}_stride_{d}": s for d, s in zip("bth", strides[t])})
+        if "tm_q" in names:  # the Hopper kernels read them through TMA tensor maps
+            tokens = tq.shape[0] if packed else tq.shape[1]
+            sequences = 1 if packed else tq.shape[0]
+            runs = {"q": compiled.tiling.run("q"), "k": compiled.tiling.run("k"), "v": compiled.tiling.run("k")}
+            for t, x in (("q", tq), ("k", tk), ("v", tv)):
+                b, tok, h = strides[t]
+                values[f"tm_{t}"] = tensor_map(x.ptr, options.dtype, options.head_dim, x.shape[-2], tokens, sequences,
+                                               h, tok, b, runs[t])
+            values["packed"] = int(packed)
+            values["total_work"] = work_items * hq
+        args = abi.pack(family.forward_args, values)
+        shared = compiled.shared_memory_bytes
+        _, kernel = _module(str(compiled.cubin), compiled.name, shared, tq.device)
+        grid = family.grid(work_items, hq, _multiprocessors(tq.device))
         with cupy.cuda.Device(tq.device):
-            kernel((work_items * hq,), (128,), args, shared_mem=self.compiled.shared_memory_bytes, stream=stream)
+            kernel((grid,), (family.threads,), args, shared_mem=shared, stream=stream)
         return (out, lse) if return_lse else out
+
+
+@lru_cache(maxsize=None)
+def _multiprocessors(device: int) -> int:
+    import cupy
+
+    return cupy.cuda.Device(device).attributes["MultiProcessorCount"]
 
 
 def _outputs(tq: _Tensor, out, lse, lse_shape) -> tuple[_Tensor, _Tensor]:
@@ -275,21 +305,21 @@ def _upload(tables, device: int, stream) -> tuple:
 def load(path, **options) -> Attention:
     """Compile a `.mask` file for the given options (head_dim, dtype, arch, const parameters) and return
     the attention callable. Const parameters are passed as keyword options too."""
-    from .compiler import compile_file
+    from maskc.compiler import compile_file
 
     kernel_options, consts = split_options(options)
     return Attention(compile_file(path, kernel_options, consts))
 
 
 def loads(text: str, **options) -> Attention:
-    from .compiler import compile_text
+    from maskc.compiler import compile_text
 
     kernel_options, consts = split_options(options)
     return Attention(compile_text(text, kernel_options, consts))
 
 
 def split_options(options: dict) -> tuple:
-    from .codegen import KernelOptions
+    from maskc.kernels import KernelOptions
 
     names = {"head_dim", "dtype", "arch"}
     kernel = {k: v for k, v in options.items() if k in names}

@@ -16,8 +16,8 @@ from typing import Iterator, Union
 import lark
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
-from .diagnostics import Diagnostic, MaskError, Source, Span, error
-from .resources import resource_dir
+from maskc.diagnostics import Diagnostic, MaskError, Source, Span, error
+from maskc.resources import resource_dir
 
 KEYWORDS = frozenset(
     "mask segments rules batch where full causal diag grid and or not true false const int bool".split()

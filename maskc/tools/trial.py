@@ -15,13 +15,13 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from . import ir
-from .compiler import CompiledMask, compile_program
-from .codegen import KernelOptions
-from .explain import VisitedTiles, tile_tokens, visible_per_tile
-from .layout import ConcreteLayout, SequenceValues
-from .plan import Descriptor
-from .reference import attention, simulate, visible
+from maskc import ir
+from maskc.compiler import CompiledMask, compile_program
+from maskc.kernels import KernelOptions
+from maskc.plan import Descriptor
+from maskc.plan.layout import ConcreteLayout, SequenceValues
+from maskc.tools.explain import VisitedTiles, tile_tokens, visible_per_tile
+from maskc.tools.reference import attention, simulate, visible
 
 CPU_PAIR_BUDGET = 1 << 25  # (query row, key) pairs checked by brute force on the CPU, over all sequences
 CPU_MAX_TOKENS = 1 << 18  # the CPU model holds q, k and v of every sequence in float32
@@ -277,7 +277,7 @@ def run_on_gpu(program: ir.Program, consts: dict[str, object], sequences: list[d
                heads: int, kv_heads: int, head_dim: int, dtype: str, seed: int) -> GpuRun:
     import torch
 
-    from .runtime import Attention, current_arch
+    from maskc.runtime import Attention, current_arch
 
     if kv_heads < 1 or heads % kv_heads:
         raise ValueError(f"--heads ({heads}) must be a multiple of --kv-heads ({kv_heads})")

@@ -1,0 +1,95 @@
+"""Code generation: the IR becomes a self-contained CUDA source file.
+
+`mask_code` turns the regions into the mask functions the kernels call (split by what each value depends
+on), `host_code` writes the standalone planner's host expressions, and `render_source` puts the file
+together from the templates: `common/kernel.cu.j2` (banner, rules, launch contract), `common/mask.cu.j2`,
+the family's attention kernel (`<family>/attention_fwd.cu.j2`) and `common/planner.cu.j2`.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import jinja2
+
+from maskc import __version__, ir
+from maskc.codegen.host_code import family_lists, host_expr
+from maskc.codegen.mask_code import MAX_REGIONS, MaskCode, SeqValue, mask_code
+from maskc.kernels import KernelOptions, kernel_name, planner_name
+from maskc.plan.tiling import tiling_for
+from maskc.resources import resource_dir
+
+__all__ = ["MAX_REGIONS", "KernelOptions", "MaskCode", "kernel_name", "mask_code", "planner_name", "render_source"]
+
+
+@lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def _grids(program: ir.Program, code: MaskCode) -> dict[str, list[dict]]:
+    """Per side, the grid segments whose coordinates the mask reads, with their dimensions as C code."""
+    out: dict[str, list[dict]] = {"q": [], "k": []}
+    for side in "qk":
+        for f in sorted(code.token_fields[side]):
+            if not f.startswith("grid:"):
+                continue
+            seg = program.segment(f[5:])
+            dims = []
+            for d in seg.dims:
+                if isinstance(d, ir.Const):
+                    dims.append(str(int(d.value)))
+                else:
+                    dims.append(f"imax({_seq_value_ref(code, d)}, 1)")
+            out[side].append({"name": seg.name, "symbol": program.segment_index(seg.name), "dims": dims})
+    return out
+
+
+def _seq_value_ref(code: MaskCode, e: ir.Expr) -> str:
+    for i, sv in enumerate(code.seq_values):
+        if sv.expr == e:
+            return f"(int)s.v{i}"
+    code.seq_values.append(SeqValue(e, "long long", False))
+    return f"(int)s.v{len(code.seq_values) - 1}"
+
+
+def render_source(program: ir.Program, options: KernelOptions, source_name: str = "") -> tuple[str, MaskCode]:
+    """The complete `.cu` file for the mask, and the mask code the planner needs to fill its tables."""
+    code = mask_code(program)
+    tiling = tiling_for(program, options.block_q, options.block_k, options.family.min_run)
+    code.blocks = len(tiling.blocks)
+    grids = _grids(program, code)
+    family = options.family
+    P = planner_name(program.name, options)
+    text = _environment().get_template("common/kernel.cu.j2").render(
+        version=__version__,
+        source_name=source_name or (program.source.path if program.source else "<mask>"),
+        program=program,
+        rules=[(r.rule or ir.show(r.pred)) for r in program.regions],
+        show=ir.show,
+        code=code,
+        seq=code.seq_table,
+        grids=grids,
+        opt=options,
+        family=family,
+        args=family.forward_args,
+        attention_template=family.template("fwd"),
+        shared_bytes=family.shared_memory_bytes(options),
+        kernel_name=kernel_name(program.name, options),
+        element=options.element,
+        tiling=tiling,
+        params=list(program.params),
+        P=P,
+        runtime_params=program.runtime_params,
+        host=lambda e: host_expr(e, P, [s.name for s in program.segments]),
+        family_lists=family_lists(program),
+        layout_uses_n=ir.layout_uses_n(program),
+        max_members=ir.MAX_FAMILY_MEMBERS,
+    )
+    return text, code

@@ -1,0 +1,17 @@
+"""The kernels: one ABI (`abi`) and the kernel families (`family`) that implement it."""
+
+from maskc.kernels.abi import Arg, SeqTable, TileKind
+from maskc.kernels.family import (
+                                  ARCHS,
+                                  DTYPES,
+                                  FAMILIES,
+                                  HEAD_DIMS,
+                                  KernelFamily,
+                                  KernelOptions,
+                                  family_for,
+                                  kernel_name,
+                                  planner_name,
+)
+
+__all__ = ["ARCHS", "DTYPES", "FAMILIES", "HEAD_DIMS", "Arg", "KernelFamily", "KernelOptions", "SeqTable", "TileKind",
+           "family_for", "kernel_name", "planner_name"]

@@ -1,0 +1,171 @@
+"""The kernel ABI: what crosses from the host to a generated kernel, defined once.
+
+Three things are written here and nowhere else:
+
+- the kernel arguments (`Arg`): their order, C type and meaning. The templates render the signature and
+  the launch comment from these lists, and the runtime packs its values by name with `pack`, so the two
+  cannot drift apart;
+- the per-sequence table (`SeqTable`): one int64 row per sequence that the planner fills (in Python, or
+  the standalone planner in the `.cu`) and the kernels read; every offset comes from here;
+- the tile kinds (`TileKind`) the descriptor hands to the kernels.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class TileKind(enum.IntEnum):
+    """How a kernel treats a (query tile, key tile) pair. The descriptor stores FULL as 0 and a partial tile
+    as the bit set of the rules that may apply there (never 0), so `kind != FULL` is the partial test;
+    EMPTY tiles are never listed (the planner's search uses the value internally)."""
+
+    FULL = 0
+    PARTIAL = 1
+    EMPTY = 2
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One kernel argument: its C type in the signature, how its value is passed, and what it means."""
+
+    name: str
+    ctype: str  # as written in the kernel's signature
+    doc: str
+    kind: str = "ptr"  # "ptr" (64-bit device address), "i64", "i32", "f32", "tensor_map" (128-byte struct)
+
+    @property
+    def declaration(self) -> str:
+        if self.kind == "ptr":
+            return f"{self.ctype} __restrict__ {self.name}"
+        if self.kind == "tensor_map":
+            return f"const __grid_constant__ {self.ctype} {self.name}"
+        return f"{self.ctype} {self.name}"
+
+    def value(self, x) -> object:
+        if self.kind == "ptr":
+            return np.uint64(x)
+        if self.kind == "i64":
+            return np.int64(x)
+        if self.kind == "i32":
+            return np.int32(x)
+        if self.kind == "f32":
+            return np.float32(x)
+        if self.kind == "tensor_map":
+            return tensor_map_arg(x)
+        raise ValueError(f"unknown argument kind {self.kind!r}")
+
+
+# A CUtensorMap (128 bytes, 64-byte aligned) passed by value: CuPy copies a numpy structured scalar of this
+# type into the launch, and the driver places it at the offset the kernel's metadata gives.
+TENSOR_MAP_DTYPE = np.dtype([("words", np.uint64, 16)], align=True)
+
+
+def tensor_map_arg(words) -> np.void:
+    arr = np.zeros(1, dtype=TENSOR_MAP_DTYPE)
+    arr["words"][0] = np.frombuffer(bytes(words), dtype=np.uint64) if isinstance(words, (bytes, bytearray)) else words
+    return arr[0]
+
+
+def pack(args: tuple[Arg, ...], values: dict[str, object]) -> tuple:
+    """The launch arguments in signature order; a missing or unexpected name is an internal error."""
+    missing = [a.name for a in args if a.name not in values]
+    extra = sorted(set(values) - {a.name for a in args})
+    if missing or extra:
+        raise KeyError(f"kernel arguments: missing {missing}, unexpected {extra}")
+    return tuple(a.value(values[a.name]) for a in args)
+
+
+def _strides(prefix: str, tensor: str) -> tuple[Arg, ...]:
+    return tuple(Arg(f"{prefix}_stride_{d}", "i64", f"{tensor}: elements between {what}", "i64")
+                 for d, what in (("b", "sequences of a padded batch (0 when packed)"), ("t", "tokens"), ("h", "heads")))
+
+
+# Pointers and strides, as the portable kernel reads Q, K and V (and as every family writes O and LSE).
+TENSORS = (
+    Arg("q", "const u16*", "queries: token t of sequence b, head h at b*stride_b + (token_offset[b] + t)*stride_t + h*stride_h"),
+    Arg("k", "const u16*", "keys, addressed like q (head h / kv_group)"),
+    Arg("v", "const u16*", "values, addressed like k"),
+)
+OUTPUTS = (
+    Arg("o", "u16*", "output, addressed like q"),
+    Arg("lse", "float*", "log-sum-exp (natural log) at b*lse_stride_b + h*lse_stride_h + token_offset[b] + t; "
+                         "-inf for a row that sees no key"),
+)
+TENSOR_STRIDES = _strides("q", "q") + _strides("k", "k") + _strides("v", "v")
+OUTPUT_STRIDES = _strides("o", "o") + (
+    Arg("lse_stride_b", "i64", "lse: elements between sequences of a padded batch (0 when packed)", "i64"),
+    Arg("lse_stride_h", "i64", "lse: elements between heads", "i64"),
+)
+HEADS = (
+    Arg("num_heads", "int", "query heads", "i32"),
+    Arg("kv_group", "int", "query heads per key/value head (GQA: kv head = h / kv_group)", "i32"),
+    Arg("scale_log2", "float", "softmax scale times log2(e)", "f32"),
+)
+DESCRIPTOR = (
+    Arg("work", "const int*", "[work_items][2] (sequence, query tile) in visiting order, most work first"),
+    Arg("row_ptr", "const int*", "[work_items + 1]: the key tiles of work item w are k_tiles[row_ptr[w] : row_ptr[w + 1]]"),
+    Arg("k_tiles", "const int*", "key tile index inside the sequence"),
+    Arg("kinds", "const kind_t*", "per listed key tile: 0 (TileKind.FULL, every pair visible, no mask code) or "
+                                  "the bits of the rules that may apply (a partial tile)"),
+)
+SEQUENCES = (
+    Arg("seq_table", "const i64*", "[B][SEQ_FIELDS] per sequence (the table below)"),
+    Arg("seg_start", "const int*", "start of every segment (family members count one each), per sequence from segment_begin"),
+    Arg("seg_code", "const int*", "symbol | member << 5 of every segment"),
+    Arg("arrays", "const int*", "list parameters, all sequences, flattened"),
+)
+
+# The Hopper family reads Q, K and V through TMA tensor maps (4-D: head dim, heads, tokens, sequences)
+# instead of pointers, and walks work items with a persistent grid.
+TENSOR_MAPS = (
+    Arg("tm_q", "TensorMap", "q as a 4-D TMA tensor map: (head dim, heads, tokens, sequences), 128B swizzle, "
+                             "boxes of 64 x 1 x Q_RUN x 1", "tensor_map"),
+    Arg("tm_k", "TensorMap", "k, the same with boxes of 64 x 1 x K_RUN x 1", "tensor_map"),
+    Arg("tm_v", "TensorMap", "v, like k", "tensor_map"),
+)
+PERSISTENT = (
+    Arg("packed", "int", "1: a packed batch (tokens at token_offset[b], sequence coordinate 0); 0: padded", "i32"),
+    Arg("total_work", "int", "work_items * num_heads: (work item, head) pairs the persistent grid shares out", "i32"),
+)
+
+SM80_FORWARD_ARGS = TENSORS + OUTPUTS + TENSOR_STRIDES + OUTPUT_STRIDES + HEADS + DESCRIPTOR + SEQUENCES
+SM90A_FORWARD_ARGS = TENSOR_MAPS + OUTPUTS + OUTPUT_STRIDES + HEADS + PERSISTENT + DESCRIPTOR + SEQUENCES
+
+
+@dataclass(frozen=True)
+class SeqTable:
+    """The per-sequence table: int64 [B][width], one row per sequence, laid out as
+
+        token_offset, length, segment_begin, segment_count,
+        per block of tiles: start, dims_t, dims_y, dims_x, first_q, first_k,
+        per list parameter: offset, rows, cols (into `arrays`),
+        the sequence values the mask code needs (MaskSeq.v0, v1, ...).
+    """
+
+    blocks: int
+    arrays: int
+    values: int
+
+    FIXED = ("token_offset", "length", "segment_begin", "segment_count")
+    BLOCK = ("start", "dims_t", "dims_y", "dims_x", "first_q", "first_k")
+    ARRAY = ("offset", "rows", "cols")
+
+    def fixed(self, name: str) -> int:
+        return self.FIXED.index(name)
+
+    def block(self, b: int, name: str = "start") -> int:
+        return len(self.FIXED) + len(self.BLOCK) * b + self.BLOCK.index(name)
+
+    def array(self, slot: int, name: str = "offset") -> int:
+        return len(self.FIXED) + len(self.BLOCK) * self.blocks + len(self.ARRAY) * slot + self.ARRAY.index(name)
+
+    def value(self, index: int) -> int:
+        return len(self.FIXED) + len(self.BLOCK) * self.blocks + len(self.ARRAY) * self.arrays + index
+
+    @property
+    def width(self) -> int:
+        return self.value(self.values)

@@ -1,0 +1,149 @@
+"""Kernel families as data.
+
+A family is one way of computing attention on some GPUs: a template folder, the architectures it
+compiles for, the head dims and dtypes it supports, its tile shape per head dim, its shared-memory
+buffers, its launch shape and its argument list (`maskc.kernels.abi`). Adding a family is adding an entry
+to `FAMILIES` and its templates; nothing else names a family's numbers.
+
+`KernelOptions` are what a compile depends on besides the mask; they are validated against the family
+the architecture selects, so an option the family cannot honour is refused before anything is rendered.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from maskc.kernels import abi
+from maskc.plan.tiling import TileConfig
+
+ELEMENT_BYTES = 2  # bf16 and fp16
+DTYPES = {"bf16": "bf16", "fp16": "f16"}  # option name -> PTX type name
+
+
+@dataclass(frozen=True)
+class KernelFamily:
+    name: str  # also the template folder: templates/<name>/attention_<direction>.cu.j2
+    summary: str
+    archs: tuple[str, ...]  # --arch values that select this family
+    head_dims: tuple[int, ...]
+    dtypes: tuple[str, ...]
+    tiles: dict[int, tuple[int, int]]  # head dim -> (block_q, block_k)
+    threads: int  # per CTA
+    persistent: bool  # one CTA per SM walking (work item, head) pairs, else one CTA per pair
+    # Shared-memory tiles: how many Q tiles, K tiles and V tiles of (rows x head dim) elements it keeps.
+    q_buffers: int
+    k_buffers: int
+    v_buffers: int
+    extra_shared_bytes: int  # barriers and the like, beyond the tiles
+    forward_args: tuple[abi.Arg, ...]
+    min_blocks_per_sm: int = 1
+    min_run: int = 1  # grid tiles at least this many tokens wide (bulk copies of whole 1024-byte swizzle rows)
+
+    def template(self, direction: str = "fwd") -> str:
+        return f"{self.name}/attention_{direction}.cu.j2"
+
+    def shared_memory_bytes(self, options: KernelOptions) -> int:
+        block_q, block_k = options.tile
+        elements = (self.q_buffers * block_q + (self.k_buffers + self.v_buffers) * block_k) * options.head_dim
+        return elements * ELEMENT_BYTES + self.extra_shared_bytes
+
+    def grid(self, work_items: int, num_heads: int, sm_count: int) -> int:
+        pairs = work_items * num_heads
+        return min(pairs, sm_count * self.min_blocks_per_sm) if self.persistent else pairs
+
+
+SM80 = KernelFamily(
+    name="sm80",
+    summary="portable: mma.sync, ldmatrix, cp.async (sm_80 and later), in the manner of FlashAttention-2",
+    archs=("sm_80", "sm_86", "sm_89", "sm_90"),
+    head_dims=(64, 128),
+    dtypes=("bf16", "fp16"),
+    tiles={64: (128, 64), 128: (128, 64)},
+    threads=128,
+    persistent=False,
+    q_buffers=1, k_buffers=2, v_buffers=1,  # K double-buffered, V single
+    extra_shared_bytes=0,
+    forward_args=abi.SM80_FORWARD_ARGS,
+    min_blocks_per_sm=2,
+)
+
+SM90A = KernelFamily(
+    name="sm90a",
+    summary="Hopper: wgmma, TMA on mbarriers, a producer warp and two consumer warpgroups, persistent grid",
+    archs=("sm_90a",),
+    head_dims=(64, 128, 256),
+    dtypes=("bf16", "fp16"),
+    tiles={64: (128, 128), 128: (128, 128), 256: (128, 64)},
+    threads=384,
+    persistent=True,
+    q_buffers=1, k_buffers=2, v_buffers=2,  # a two-stage K/V pipeline
+    extra_shared_bytes=2048,  # 1024-byte alignment of the tiles, then the mbarriers
+    forward_args=abi.SM90A_FORWARD_ARGS,
+    min_run=8,
+)
+
+FAMILIES = (SM80, SM90A)
+ARCHS = tuple(a for f in FAMILIES for a in f.archs)
+HEAD_DIMS = tuple(sorted({d for f in FAMILIES for d in f.head_dims}))
+
+
+def family_for(arch: str) -> KernelFamily:
+    for f in FAMILIES:
+        if arch in f.archs:
+            return f
+    raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
+
+
+@dataclass(frozen=True)
+class KernelOptions:
+    """Everything a compile depends on besides the mask; frozen, so it can key the build cache. The
+    architecture selects the kernel family (`sm_90a`: the Hopper family; the others: the portable one)."""
+
+    head_dim: int = 128
+    dtype: str = "bf16"
+    arch: str = "sm_90"
+    family: KernelFamily = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        family = family_for(self.arch)
+        if self.dtype not in family.dtypes:
+            raise ValueError(f"dtype must be one of {list(family.dtypes)}, got {self.dtype!r}")
+        if self.head_dim not in family.head_dims:
+            raise ValueError(f"head_dim must be one of {family.head_dims} for {self.arch} "
+                             f"(the {family.name} kernels), got {self.head_dim}")
+        object.__setattr__(self, "family", family)
+
+    @property
+    def tile(self) -> tuple[int, int]:
+        return self.family.tiles[self.head_dim]
+
+    @property
+    def tile_config(self) -> TileConfig:
+        return TileConfig(self.tile[0], self.tile[1], self.family.min_run)
+
+    @property
+    def block_q(self) -> int:
+        return self.tile[0]
+
+    @property
+    def block_k(self) -> int:
+        return self.tile[1]
+
+    @property
+    def element(self) -> str:
+        return DTYPES[self.dtype]
+
+
+def _identifier(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)
+
+
+def kernel_name(mask_name: str, options: KernelOptions, direction: str = "fwd") -> str:
+    """A readable, unique name: mask, direction, family, head dim, dtype (the tile follows from these)."""
+    return f"maskc_{_identifier(mask_name)}_{direction}_{options.family.name}_hd{options.head_dim}_{options.dtype}"
+
+
+def planner_name(mask_name: str, options: KernelOptions) -> str:
+    """The standalone planner depends on the mask and the tile shape only."""
+    return f"maskc_{_identifier(mask_name)}_bq{options.block_q}_bk{options.block_k}"

@@ -1,0 +1,40 @@
+"""TMA tensor maps for the Hopper kernels: Q, K and V as 4-D tensors (head dim, heads, tokens, sequences).
+
+A map describes a tensor's address, extents and strides, and the box one bulk copy moves: 64 elements of
+the head dim (128 bytes, the widest row the 128-byte swizzle allows; a head dim of 128 takes two boxes),
+one head, `rows` tokens, one sequence. Rows past the end of the tensor (or of a padded sequence) arrive
+as zeros. Encoding costs a driver call, so maps are cached by everything they depend on.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from maskc.kernels.family import ELEMENT_BYTES
+
+BOX_COLUMNS = 64  # head-dim elements per box: 128 bytes, the 128-byte swizzle's row
+
+
+@lru_cache(maxsize=1024)
+def tensor_map(ptr: int, dtype: str, head_dim: int, heads: int, tokens: int, sequences: int,
+               stride_h: int, stride_t: int, stride_b: int, rows: int) -> bytes:
+    """The 128 bytes of a tiled tensor map; strides in elements. Raises ValueError if the driver refuses."""
+    from cuda.bindings import driver
+
+    data_type = (driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 if dtype == "bf16"
+                 else driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16)
+    dims = [head_dim, heads, max(tokens, 1), max(sequences, 1)]
+    # A stride must be a non-zero multiple of 16 bytes even along an extent of one, where it is never used.
+    strides = [s * ELEMENT_BYTES if s else 16 for s in (stride_h, stride_t, stride_b)]
+    box = [BOX_COLUMNS if head_dim >= BOX_COLUMNS else head_dim, 1, rows, 1]
+    err, tmap = driver.cuTensorMapEncodeTiled(
+        data_type, 4, ptr, dims, strides, box, [1, 1, 1, 1],
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+    )
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise ValueError(f"cannot describe this tensor to the TMA unit ({err.name}): dims {dims}, byte strides "
+                         f"{strides}; the Hopper kernels need 16-byte aligned rows and strides")
+    return b"".join(int(w).to_bytes(8, "little") for w in tmap.opaque)
