@@ -47,7 +47,7 @@ def main():
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--dtype", default="bf16")
-    ap.add_argument("--archs", nargs="+", default=["sm_80", "sm_90a"])
+    ap.add_argument("--archs", nargs="+", default=["sm_90", "sm_90a"])
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
     args = ap.parse_args()
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]

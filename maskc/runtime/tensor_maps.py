@@ -28,7 +28,8 @@ def tensor_map(ptr: int, dtype: str, head_dim: int, heads: int, tokens: int, seq
     strides = [s * ELEMENT_BYTES if s else 16 for s in (stride_h, stride_t, stride_b)]
     box = [BOX_COLUMNS if head_dim >= BOX_COLUMNS else head_dim, 1, rows, 1]
     err, tmap = driver.cuTensorMapEncodeTiled(
-        data_type, 4, ptr, dims, strides, box, [1, 1, 1, 1],
+        data_type, 4, ptr, [driver.cuuint64_t(d) for d in dims], [driver.cuuint64_t(s) for s in strides],
+        [driver.cuuint32_t(b) for b in box], [driver.cuuint32_t(1)] * 4,
         driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
         driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,

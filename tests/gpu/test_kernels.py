@@ -68,14 +68,16 @@ def check(out, lse, q, k, v, masks, lengths, scale, packed):
             assert lerr <= 1e-3, f"sequence {b}: LSE error {lerr:.3g}"
 
 
-# Every kernel family the GPU can run: the portable one, and on Hopper the sm_90a one.
-FAMILIES = ["sm_80"] + (["sm_90a"] if torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0) else [])
+# Every kernel family the GPU can run: the portable one (built for this GPU: cubins of another major
+# architecture do not load), and on Hopper the sm_90a one.
+_CAPABILITY = torch.cuda.get_device_capability() if torch.cuda.is_available() else (0, 0)
+FAMILIES = [f"sm_{_CAPABILITY[0]}{_CAPABILITY[1]}"] + (["sm_90a"] if _CAPABILITY == (9, 0) else [])
 
 
-def run_case(name, head_dim=128, dtype="bf16", heads=(4, 4), packed=True, seed=0, arch="sm_80", sequences=None):
+def run_case(name, head_dim=128, dtype="bf16", heads=(4, 4), packed=True, seed=0, arch=None, sequences=None):
     consts, small = SMALL[name]
     sequences = sequences or small
-    attn = maskc.load(EXAMPLES / f"{name}.mask", head_dim=head_dim, dtype=dtype, arch=arch, **consts)
+    attn = maskc.load(EXAMPLES / f"{name}.mask", head_dim=head_dim, dtype=dtype, arch=arch or FAMILIES[0], **consts)
     values, layouts = attn.compiled.bind(sequences)
     lengths = [lay.n for lay in layouts]
     if not packed and len(set(lengths)) != 1:
