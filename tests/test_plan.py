@@ -178,6 +178,21 @@ def test_examples_with_random_values_plan_exactly(data, name, config):
     check_simulation(compiled.program, desc, layouts, values, masks, np.random.default_rng(0))
 
 
+@pytest.mark.parametrize("where", [
+    # Each side fits int64, their difference does not: every tile was planned full, though none is visible.
+    "9223372036854775807 - q < k - 9223372036854775807",
+    # The index spans more than 2^63: it was scanned as a short range and the one visible pair skipped.
+    "L[min(k, 1) * 4611686018427387903 + min(k, 1) * 4611686018427387903 - min(q, 1) * 4611686018427387903] > 0",
+])
+def test_values_near_the_ends_of_int64_plan_exactly(where):
+    """Masks the language accepts (no intermediate passes 64 bits) whose planning used to wrap."""
+    compiled = compile_text(f"mask m(n: int = 64, L: [int] = [5, 5])\nsegments:\n    S = n\nrules:\n"
+                            f"    S -> S full where {where}\n", KernelOptions())
+    values, layouts = compiled.bind([{"n": 64}])
+    desc = plan(compiled.program, layouts, values, TileConfig(16, 8), refine_budget=UNLIMITED)
+    check_descriptor(compiled.program, desc, layouts, values)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Structure, size, limits
 # ---------------------------------------------------------------------------------------------------

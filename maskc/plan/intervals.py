@@ -192,10 +192,12 @@ class IntervalEvaluator:
         # Outside reads give 0, so a hull over the whole array must include it.
         lo = np.minimum(table.vmin, 0)
         hi = np.maximum(table.vmax, 0)
-        # Where every index is a point, read the element; where the ranges are short, scan them.
+        # Where every index is a point, read the element; where the ranges are short, scan them. An index may
+        # range over most of int64, so its span hi - lo is taken unsigned (exact below 2^64) and capped.
         width = np.ones(self.size, dtype=np.int64)
         for r in idx:
-            width *= (r.hi - r.lo + 1)
+            span = np.asarray(r.hi).astype(np.uint64) - np.asarray(r.lo).astype(np.uint64)
+            width *= np.minimum(span, _SCAN).astype(np.int64) + 1
         scan = width <= _SCAN
         if scan.any():
             s_lo = np.full(self.size, np.iinfo(np.int64).max)
@@ -204,7 +206,7 @@ class IntervalEvaluator:
                 coords = [r.lo + c for r, c in zip(idx, combo)]
                 ok = scan.copy()
                 for r, c in zip(idx, coords):
-                    ok &= c <= r.hi
+                    ok &= (c >= r.lo) & (c <= r.hi)  # c < lo: lo + offset wrapped past int64
                 if not ok.any():
                     continue
                 v = self._read(table, coords)
@@ -256,28 +258,34 @@ class IntervalEvaluator:
 
     def _compare(self, e: ir.Compare) -> BoolRange:
         a, b = self.int(e.lhs), self.int(e.rhs)
-        d = self._binary("-", a, b)  # the sign of lhs - rhs decides every comparison
+        # The sign of d = lhs - rhs decides every comparison: d.lo = a.lo - b.hi and d.hi = a.hi - b.lo. Their
+        # signs are read by comparing the ends, never by subtracting: both sides fit int64 (maskc.ranges
+        # checks them), their difference need not.
+        d_lo_neg, d_lo_pos = a.lo < b.hi, a.lo > b.hi  # d.lo < 0, d.lo > 0
+        d_hi_neg, d_hi_pos = a.hi < b.lo, a.hi > b.lo
         op = e.op
         if op == "<":
-            can_t, can_f = d.lo < 0, d.hi >= 0
+            can_t, can_f = d_lo_neg, ~d_hi_neg
         elif op == "<=":
-            can_t, can_f = d.lo <= 0, d.hi > 0
+            can_t, can_f = ~d_lo_pos, d_hi_pos
         elif op == ">":
-            can_t, can_f = d.hi > 0, d.lo <= 0
+            can_t, can_f = d_hi_pos, ~d_lo_pos
         elif op == ">=":
-            can_t, can_f = d.hi >= 0, d.lo < 0
-        elif op == "==":
-            can_t, can_f = (d.lo <= 0) & (d.hi >= 0), ~((d.lo == 0) & (d.hi == 0))
-        else:  # "!="
-            can_t, can_f = ~((d.lo == 0) & (d.hi == 0)), (d.lo <= 0) & (d.hi >= 0)
+            can_t, can_f = ~d_hi_neg, d_lo_neg
+        else:
+            zero_in = ~d_lo_pos & ~d_hi_neg  # d.lo <= 0 <= d.hi
+            only_zero = (a.lo == b.hi) & (a.hi == b.lo)  # d.lo == d.hi == 0
+            can_t, can_f = (zero_in, ~only_zero) if op == "==" else (~only_zero, zero_in)
         if not self.track:
             return BoolRange(can_t, can_f)
-        exact = np.asarray(d.exact)
-        for count in d.roots.values():
+        # d's bookkeeping, as _binary("-") gives it.
+        roots = _add_roots(a.roots, b.roots)
+        exact = np.asarray(a.exact & b.exact)
+        for count in roots.values():
             exact = exact & (np.asarray(count) <= 1)
         if op in ("==", "!="):
-            exact = exact & d.contig
-        return BoolRange(can_t, can_f, exact, {n: np.asarray(v) > 0 for n, v in d.roots.items()})
+            exact = exact & a.contig & b.contig
+        return BoolRange(can_t, can_f, exact, {n: np.asarray(v) > 0 for n, v in roots.items()})
 
     def _logic(self, e: ir.Logic) -> BoolRange:
         parts = [self.bool(a) for a in e.args]
