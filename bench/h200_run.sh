@@ -1,33 +1,54 @@
 #!/usr/bin/env bash
 # What one GPU session runs (the H200 machine has PyTorch, Triton, CuPy, cuda-bindings and NVRTC but not lark:
 # its wheel travels in .whl with maskc's own wheel, built by `pip wheel . --no-deps -w .whl`).
-# Results go to $OUT (or ./h200-results): GPU tests, `maskc run` on every example, planner times, anchors.
+# Results go to $OUT (or ./h200-results), at most 8 files: env.txt, pytest.log, run_examples.jsonl, misc.log
+# (errors of `maskc run`, planner table), plan_time.json, bench.json, bench.png, bench.log.
+#
+# STAGES picks what runs (default: all four, ~10 minutes; the GPU tool allows 10 minutes a command, so split
+# a session into two calls: STAGES="tests examples plan" then STAGES=bench). HARNESS_ARGS adds options to
+# bench/harness.py (e.g. "--family sm90a"); MASKC_COMMIT names the commit when .git does not travel.
 set -uo pipefail
 OUT=${OUT:-h200-results}
+STAGES=${STAGES:-tests examples plan bench}
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site PYTHONSAFEPATH=1 PYTHONUNBUFFERED=1 PATH=/tmp/site/bin:$PATH
 export MASKC_CACHE_DIR=${MASKC_CACHE_DIR:-/tmp/maskc-cache}
+export MASKC_COMMIT=${MASKC_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}
+has() { [[ " $STAGES " == *" $1 "* ]]; }
 
 { nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
   python3 -c "import torch, triton, cupy, numpy, maskc; from maskc.build import nvrtc_version
 print('torch', torch.__version__, 'triton', triton.__version__, 'cupy', cupy.__version__, 'numpy', numpy.__version__,
-      'nvrtc', nvrtc_version(), 'maskc', maskc.__version__, maskc.__file__)"; } | tee "$OUT/env.txt"
+      'nvrtc', nvrtc_version(), 'maskc', maskc.__version__, maskc.__file__)"
+  echo "commit ${MASKC_COMMIT:-unknown}, stages: $STAGES, harness args: ${HARNESS_ARGS:-none}"; } | tee "$OUT/env.txt"
 
-timeout 300 python3 -m pytest -q -m gpu tests -p no:cacheprovider -W ignore::DeprecationWarning > "$OUT/pytest.log" 2>&1
-tail -3 "$OUT/pytest.log"
+if has tests; then
+    timeout 300 python3 -m pytest -q -m gpu tests -p no:cacheprovider -W ignore::DeprecationWarning > "$OUT/pytest.log" 2>&1
+    tail -3 "$OUT/pytest.log"
+fi
 
-for mask in examples/*.mask; do
-    timeout 60 maskc run "$mask" --json >> "$OUT/run_examples.jsonl" 2>> "$OUT/run_examples.err" || echo "run failed: $mask"
-done
-python3 - "$OUT/run_examples.jsonl" <<'PY'
+if has examples; then
+    for mask in examples/*.mask; do
+        timeout 60 maskc run "$mask" --json >> "$OUT/run_examples.jsonl" 2>> "$OUT/misc.log" || echo "run failed: $mask"
+    done
+    python3 - "$OUT/run_examples.jsonl" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
     r = json.loads(line)
     print(f"{r['mask']:16s} passed={r['passed']} err={r['max_error']:.2e} bound={r['error_bound']:.2e} {r['tflops']:7.1f} TFLOP/s")
 PY
+fi
 
-timeout 90 python3 bench/plan_time.py --json "$OUT/plan_time.json" > "$OUT/plan_time.log" 2>&1
-timeout 300 python3 bench/anchors.py --json "$OUT/anchors.json" > "$OUT/anchors.log" 2>&1
-tail -12 "$OUT/anchors.log"
-cat "$OUT/plan_time.log"
+if has plan; then
+    timeout 90 python3 bench/plan_time.py --json "$OUT/plan_time.json" 2>&1 | tee -a "$OUT/misc.log"
+fi
+
+# Last, so that its tables end the output (the GPU tool returns the tail).
+if has bench; then
+    # shellcheck disable=SC2086 # HARNESS_ARGS is a list of options
+    timeout "${BENCH_TIMEOUT:-540}" python3 bench/harness.py --sweep --first-call --json "$OUT/bench.json" \
+        --png "$OUT/bench.png" ${HARNESS_ARGS:-} > "$OUT/bench.log" 2>&1
+    echo "harness exit code $?"
+    if grep -q '^=====' "$OUT/bench.log"; then sed -n '/^=====/,$p' "$OUT/bench.log"; else tail -40 "$OUT/bench.log"; fi
+fi
