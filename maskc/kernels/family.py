@@ -39,6 +39,10 @@ class KernelFamily:
     forward_args: tuple[abi.Arg, ...]
     min_blocks_per_sm: int = 1
     min_run: int = 1  # grid tiles at least this many tokens wide (bulk copies of whole 1024-byte swizzle rows)
+    # Warp-specialised families: registers per thread of the producer and consumer warpgroups (setmaxnreg);
+    # 128 x producer + 256 x consumer must stay within the 64K registers of a multiprocessor.
+    producer_registers: int = 0
+    consumer_registers: int = 0
 
     def template(self, direction: str = "fwd") -> str:
         return f"{self.name}/attention_{direction}.cu.j2"
@@ -81,6 +85,8 @@ SM90A = KernelFamily(
     extra_shared_bytes=2048,  # 1024-byte alignment of the tiles, then the mbarriers
     forward_args=abi.SM90A_FORWARD_ARGS,
     min_run=8,
+    producer_registers=24,
+    consumer_registers=240,
 )
 
 FAMILIES = (SM80, SM90A)
