@@ -17,7 +17,7 @@ import numpy as np
 
 from maskc.compiler import compile_file
 from maskc.kernels import KernelOptions
-from maskc.plan import kernel_tables, plan
+from maskc.plan.planner import kernel_tables, plan
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 ANCHORS = ["full", "causal", "sliding_window", "document", "shared_prompt", "rm_shared", "hstu", "hstu_jagged",

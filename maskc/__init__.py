@@ -10,6 +10,19 @@ arch, and values for `const` parameters) and return an `Attention` callable.
 __version__ = "0.1.0"
 
 from maskc.diagnostics import MaskError  # noqa: E402
-from maskc.runtime import Attention, load, loads  # noqa: E402
 
 __all__ = ["Attention", "MaskError", "load", "loads", "__version__"]
+
+
+def __getattr__(name: str):
+    """`Attention`, `load` and `loads` come from `maskc.runtime`, imported on first use: importing one
+    stage (`maskc.codegen`, say) loads that stage's imports only, not the planner and the runtime."""
+    if name in ("Attention", "load", "loads"):
+        from maskc import runtime
+
+        return getattr(runtime, name)
+    raise AttributeError(f"module 'maskc' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"Attention", "load", "loads"})

@@ -22,7 +22,9 @@ from maskc.compiler import compile_program
 from maskc.diagnostics import MaskError
 from maskc.front import read_file, read_program
 from maskc.kernels import ARCHS, DTYPES, HEAD_DIMS, KernelOptions
-from maskc.tools import explain, trial
+
+# The tooling (maskc.tools: explain, trial and the brute-force reference) is imported by the commands that use
+# it, so that `maskc compile` loads the compile path only.
 
 EMIT_SUFFIX = {"cu": ".cu", "ptx": ".ptx", "cubin": ".cubin"}
 
@@ -244,6 +246,8 @@ def check_command(masks, params, verbose):
 
     Prints nothing and exits 0 when every file is fine; otherwise diagnostics on stderr and exit 1.
     """
+    from maskc.tools import explain
+
     failed = False
     for path in masks:
         try:
@@ -299,6 +303,8 @@ def explain_command(mask, n, params, png, dump_mask):
             import matplotlib  # noqa: F401
         except ImportError:
             fail("error: --png needs matplotlib: pip install matplotlib", 2)
+    from maskc.tools import explain
+
     program = read_mask(mask)
     consts, runtime = split_params(program, params)
     compiled, lines = explain.compile_explained(program, KernelOptions(), consts)
@@ -343,6 +349,8 @@ def run_command(mask, n, params, batch, heads, kv_heads, head_dim, dtype, seed, 
 
     Exits 0 when the check passes, 1 when it does not.
     """
+    from maskc.tools import explain, trial
+
     program = read_mask(mask)
     consts, runtime = split_params(program, params)
     sequences, origin = explain.choose_sequences(program, n, runtime)

@@ -20,7 +20,6 @@ from maskc.front import read_file, read_program
 from maskc.ir.ranges import check_ranges
 from maskc.kernels import KernelOptions, kernel_name
 from maskc.passes import run_pipeline
-from maskc.plan import Descriptor, KernelTables, TileConfig, kernel_tables, plan
 from maskc.plan.layout import (
     ConcreteLayout,
     SequenceValues,
@@ -28,6 +27,7 @@ from maskc.plan.layout import (
     concrete_layout,
     validate_values,
 )
+from maskc.plan.planner import Descriptor, KernelTables, TileConfig, kernel_tables, plan
 from maskc.plan.tiling import Tiling, tiling_for
 
 PLAN_CACHE_SIZE = 64

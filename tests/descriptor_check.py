@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from maskc.kernels.abi import TileKind
 from maskc.tools.reference import dense_mask, region_visible
 
 
@@ -32,7 +33,7 @@ def check_structure(desc) -> None:
         kts = desc.k_tile[desc.row_ptr[w]:desc.row_ptr[w + 1]]
         assert (np.diff(kts) > 0).all(), f"work item {work[w]}: k tiles not strictly ascending: {kts}"
     assert desc.stats.tiles_visited == len(desc.k_tile)
-    assert desc.stats.tiles_full == int(np.count_nonzero(desc.kind == 0))
+    assert desc.stats.tiles_full == int(np.count_nonzero(desc.kind == TileKind.FULL))
 
 
 def check_descriptor(program, desc, layouts, values, masks=None, exact: bool = True) -> None:
@@ -68,12 +69,12 @@ def check_descriptor(program, desc, layouts, values, masks=None, exact: bool = T
         assert not len(skipped), f"{where}: tiles with visible pairs not listed (q tile, k tile): {skipped[:5].tolist()}"
         empty = np.argwhere((listed >= 0) & (visible == 0))
         assert not (exact and len(empty)), f"{where}: listed tiles without a visible pair: {empty[:5].tolist()}"
-        full = listed == 0
+        full = listed == TileKind.FULL
         not_full = np.argwhere(full & (hidden > 0))
         assert not len(not_full), f"{where}: 'full' tiles with hidden pairs: {not_full[:5].tolist()}"
         ragged = np.argwhere(full & (k_tok < 0).any(axis=1)[None, :])
         assert not len(ragged), f"{where}: 'full' tiles with k slots without a token: {ragged[:5].tolist()}"
-        partial = np.argwhere(listed > 0)
+        partial = np.argwhere((listed >= 0) & (listed != TileKind.FULL))
         really_full = partial[hidden[partial[:, 0], partial[:, 1]] == 0]
         assert not (exact and len(really_full)), f"{where}: 'partial' tiles that are full: {really_full[:5].tolist()}"
         assert (listed < (1 << regions)).all(), f"{where}: kinds name regions that do not exist"
@@ -86,7 +87,7 @@ def check_descriptor(program, desc, layouts, values, masks=None, exact: bool = T
             qc, kc = np.maximum(qs, 0), np.maximum(ks, 0)
             named = np.zeros(inside.shape, dtype=bool)
             for r, region in enumerate(program.regions):
-                on = ((kinds >> r) & 1).astype(bool)
+                on = (kinds & TileKind.rule_bit(r)) != 0
                 if on.any():
                     named[on] |= region_visible(program, region, lay, val, qc[on], kc[on])
             want = vis[partial[:, 0], :, partial[:, 1], :]

@@ -20,8 +20,8 @@ from mask_gen import random_masks
 from small_configs import SMALL
 
 from maskc.compiler import compile_file, compile_text
-from maskc.kernels import KernelOptions
-from maskc.plan import MAX_DESCRIPTOR_BYTES, PlanError, TileConfig, plan
+from maskc.kernels import KernelOptions, TileKind
+from maskc.plan.planner import MAX_DESCRIPTOR_BYTES, PlanError, TileConfig, plan
 from maskc.tools.reference import attention, dense_mask, simulate
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -273,7 +273,7 @@ def test_a_descriptor_just_under_the_limit_is_allowed_and_over_is_refused():
         plan(compiled.program, layouts, values, TileConfig())
     values, layouts = compiled.bind([{"n": 65536}])
     desc = plan(compiled.program, layouts, values, TileConfig())
-    assert len(desc.k_tile) == 512 * 1024 and (desc.kind == 0).all()
+    assert len(desc.k_tile) == 512 * 1024 and (desc.kind == TileKind.FULL).all()
 
 
 def test_tables_with_different_shapes_per_sequence():

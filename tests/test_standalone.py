@@ -12,7 +12,7 @@ import pytest
 from small_configs import SMALL
 
 from maskc.compiler import compile_file
-from maskc.kernels import KernelOptions, planner_name
+from maskc.kernels import KernelOptions, TileKind, planner_name
 
 pytestmark = pytest.mark.skipif(host_mask.compiler() is None, reason="needs a C++ compiler")
 
@@ -108,4 +108,5 @@ def test_standalone_planner_matches_maskc(name, tmp_path):
         np.testing.assert_array_equal(work_out[:2 * items].reshape(-1, 2)[:, 1], desc.work_qtile)
         np.testing.assert_array_equal(row_ptr, desc.row_ptr)
         np.testing.assert_array_equal(k_tiles[:listed], desc.k_tile)
-        np.testing.assert_array_equal(kinds[:listed] == 0, desc.kind == 0, err_msg="full tiles differ")
+        np.testing.assert_array_equal(kinds[:listed] == TileKind.FULL, desc.kind == TileKind.FULL,
+                                      err_msg="full tiles differ")

@@ -15,7 +15,7 @@ import jinja2
 from maskc import __version__, ir
 from maskc.codegen.host_code import family_lists, host_expr
 from maskc.codegen.mask_code import MAX_REGIONS, MaskCode, SeqValue, mask_code
-from maskc.kernels import KernelOptions, kernel_name, planner_name
+from maskc.kernels import KernelOptions, abi, kernel_name, planner_name
 from maskc.plan.tiling import tiling_for
 from maskc.resources import resource_dir
 
@@ -91,5 +91,8 @@ def render_source(program: ir.Program, options: KernelOptions, source_name: str 
         family_lists=family_lists(program),
         layout_uses_n=ir.layout_uses_n(program),
         max_members=ir.MAX_FAMILY_MEMBERS,
+        TileKind=abi.TileKind,
+        CLASS_EMPTY=abi.CLASS_EMPTY,
+        CLASS_FULL=abi.CLASS_FULL,
     )
     return text, code

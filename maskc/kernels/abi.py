@@ -19,13 +19,40 @@ import numpy as np
 
 
 class TileKind(enum.IntEnum):
-    """How a kernel treats a (query tile, key tile) pair. The descriptor stores FULL as 0 and a partial tile
-    as the bit set of the rules that may apply there (never 0), so `kind != FULL` is the partial test;
-    EMPTY tiles are never listed (the planner's search uses the value internally)."""
+    """What a (query tile, key tile) pair is to a kernel:
+
+    - FULL: every pair is visible and every key slot holds a token: the kernel runs no mask code there;
+    - PARTIAL: some pair may be hidden: the kernel evaluates the rules that may apply there;
+    - EMPTY: no pair is visible: the tile is not listed.
+
+    The descriptor lists FULL and PARTIAL tiles with one `kind_t` each: FULL is stored as its value, 0
+    (`KIND_FULL` in the generated code), and a PARTIAL tile as the set of rules that may make a pair visible
+    there, bit `rule_bit(r)` for region r, never 0 -- so `kind != FULL` is the partial test. The values of
+    PARTIAL and EMPTY only name classes of tiles (the planner's exact check returns them); they are never
+    stored in a descriptor. The standalone planner's classifier writes its own encoding (`CLASS_EMPTY`,
+    `CLASS_FULL` or the rule bits), in which EMPTY, FULL and PARTIAL are all told apart."""
 
     FULL = 0
     PARTIAL = 1
     EMPTY = 2
+
+    @staticmethod
+    def rule_bit(region: int) -> int:
+        """The bit of region `region` in a partial tile's kind (and in a class of the classifier)."""
+        return 1 << region
+
+    @staticmethod
+    def rules(kind: int) -> list[int]:
+        """The regions a descriptor kind names: those a partial tile evaluates; none for FULL."""
+        return [r for r in range(int(kind).bit_length()) if int(kind) >> r & 1]
+
+
+# The classes of the standalone planner's exact classifier (`classify_tile`, `<P>_classify`; u32 per tile):
+# CLASS_EMPTY when no pair is visible, CLASS_FULL when every pair is (and every key slot holds a token), else
+# the bits of the rules that make some pair visible. `<P>_build_descriptor` turns them into descriptor kinds.
+# (CLASS_FULL is bit 31: a mask with all 32 rules whose tile sees pairs through rule 31 alone reads as full.)
+CLASS_EMPTY = 0
+CLASS_FULL = 1 << 31
 
 
 @dataclass(frozen=True)
@@ -109,7 +136,7 @@ DESCRIPTOR = (
     Arg("work", "const int*", "[work_items][2] (sequence, query tile) in visiting order, most work first"),
     Arg("row_ptr", "const int*", "[work_items + 1]: the key tiles of work item w are k_tiles[row_ptr[w] : row_ptr[w + 1]]"),
     Arg("k_tiles", "const int*", "key tile index inside the sequence"),
-    Arg("kinds", "const kind_t*", "per listed key tile: 0 (TileKind.FULL, every pair visible, no mask code) or "
+    Arg("kinds", "const kind_t*", "per listed key tile: KIND_FULL (0: every pair visible, no mask code) or "
                                   "the bits of the rules that may apply (a partial tile)"),
 )
 SEQUENCES = (

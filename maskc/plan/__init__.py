@@ -3,16 +3,7 @@
 `layout` validates runtime values and lays each sequence out, `tiling` cuts it into query and key tiles,
 `intervals` is the interval arithmetic the search uses, `exact` decides single pairs, and `planner`
 searches (query tile x key tiles) boxes and writes the descriptor and the kernels' tables.
+
+This package imports none of them: code generation needs the tile shapes (`tiling`) but must not load the
+runtime values (`layout`) or the planner, so each user imports the module it needs.
 """
-
-from maskc.plan.planner import (
-                                 MAX_DESCRIPTOR_BYTES,
-                                 Descriptor,
-                                 KernelTables,
-                                 PlanError,
-                                 TileConfig,
-                                 kernel_tables,
-                                 plan,
-)
-
-__all__ = ["MAX_DESCRIPTOR_BYTES", "Descriptor", "KernelTables", "PlanError", "TileConfig", "kernel_tables", "plan"]

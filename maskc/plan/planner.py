@@ -9,12 +9,13 @@ interval bound may be loose, are then classified exactly by evaluating the mask 
 budget; past it a tile stays PARTIAL, which is always correct).
 
 The result is a `Descriptor`: per query tile, in the order the kernel should run them (most work first),
-the list of k tiles to visit and, per k tile, its kind: 0 for FULL (no mask code runs), otherwise the set of
-regions (bit r = region r) whose predicate the kernel evaluates there.
+the list of k tiles to visit and, per k tile, its kind (`maskc.kernels.abi.TileKind`): FULL (no mask code
+runs), otherwise the set of regions (bit r = region r) whose predicate the kernel evaluates there.
 """
 
 from __future__ import annotations
 
+import enum
 import time
 from dataclasses import dataclass, field
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from maskc import ir
 from maskc.ir.evaluate import Env, evaluate
+from maskc.kernels.abi import TileKind
 from maskc.plan.arrays import distinct, expand
 from maskc.plan.exact import pair_env, regions_visible, visible
 from maskc.plan.intervals import ArrayTable, IntervalEvaluator, IntRange
@@ -47,6 +49,14 @@ from maskc.plan.tiling import (
 
 MAX_DESCRIPTOR_BYTES = 1 << 30
 DEFAULT_REFINE_BUDGET = 1 << 18  # (q, k) pairs evaluated exactly per plan
+
+
+class Status(enum.IntEnum):
+    """What interval arithmetic proves about one region over a box of (q, k) pairs."""
+
+    FALSE = 0  # no pair is visible: the box is dropped (never recorded)
+    TRUE = 1  # every pair of the box (within the instance's spans) is visible
+    UNKNOWN = 2  # maybe some, maybe not: recorded for single tiles only
 
 
 @dataclass
@@ -78,7 +88,7 @@ class Descriptor:
     work_qtile: np.ndarray  # int32 [W]: the q tile inside its sequence
     row_ptr: np.ndarray  # int32 [W + 1]
     k_tile: np.ndarray  # int32 [nnz]
-    kind: np.ndarray  # uint32 [nnz]: 0 = full, else bit r = region r is evaluated
+    kind: np.ndarray  # uint32 [nnz]: TileKind.FULL, else bit r = region r is evaluated
     stats: PlanStats = field(default_factory=PlanStats)
 
     @property
@@ -354,8 +364,8 @@ _FAN_OUT = 8
 def _search_region(program, region: ir.Region, batch: _Batch, tiling: Tiling):
     """Where one region may make pairs visible, as ranges of k tiles per (instance, q tile).
 
-    Returns the instances and arrays over ranges: seq, qt, k0, k1 (inclusive), status (1: TRUE on the
-    whole range, 2: UNKNOWN on a single tile), exact (for UNKNOWN: the answer is exact), inst.
+    Returns the instances and arrays over ranges: seq, qt, k0, k1 (inclusive), status (Status.TRUE on the
+    whole range, Status.UNKNOWN on a single tile), exact (for UNKNOWN: the answer is exact), inst.
     """
     inst = _instances(program, region, batch, tiling)
     empty = {k: np.zeros(0, np.int64) for k in _RANGE_FIELDS}
@@ -382,7 +392,8 @@ def _search_region(program, region: ir.Region, batch: _Batch, tiling: Tiling):
         single = box_k0 == box_k1
         emit = np.nonzero(all_true | (can_t & single))[0]
         if len(emit):
-            found.append((box_inst[emit], box_qt[emit], box_k0[emit], box_k1[emit], np.where(all_true[emit], 1, 2)))
+            found.append((box_inst[emit], box_qt[emit], box_k0[emit], box_k1[emit],
+                          np.where(all_true[emit], Status.TRUE, Status.UNKNOWN)))
         idx = np.nonzero(can_t & can_f & ~single)[0]
         # Few levels of many boxes: numpy's cost is per call, so a wide fan-out is cheaper than halving.
         which, box_k0, box_k1 = split(batch.blocks, "k", inst["kg"][box_inst[idx]], box_k0[idx], box_k1[idx], _FAN_OUT)
@@ -393,7 +404,7 @@ def _search_region(program, region: ir.Region, batch: _Batch, tiling: Tiling):
     r_inst, qt, k0, k1, status = (np.concatenate(parts) for parts in zip(*found))
     # UNKNOWN tiles: ask again, tracking whether the answer is exact.
     exact = np.zeros(len(k0), dtype=bool)
-    unknown = np.nonzero(status == 2)[0]
+    unknown = np.nonzero(status == Status.UNKNOWN)[0]
     if len(unknown):
         u = r_inst[unknown]
         q_exact = leaves.side("q", inst, u, qt[unknown], qt[unknown], track=True)
@@ -417,7 +428,7 @@ def _witness_slots(tokens: np.ndarray, other: np.ndarray) -> list[np.ndarray]:
 
 
 def _refine(program, batch: _Batch, seq, qt, kt, budget_tiles: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact kinds of the given tiles: 0 empty, 1 full, 2 partial (rows without a token do not count).
+    """Exact kinds of the given tiles: TileKind.EMPTY, FULL or PARTIAL (rows without a token do not count).
 
     A few witness pairs per tile come first: one visible and one hidden pair prove the tile partial, which
     is the usual answer. Tiles the witnesses do not settle are evaluated on every pair, at most
@@ -430,14 +441,14 @@ def _refine(program, batch: _Batch, seq, qt, kt, budget_tiles: int) -> tuple[np.
     vis = _visible_batch(program, batch, seq[:, None, None], rows[:, :, None], cols[:, None, :])
     real = (rows >= 0)[:, :, None] & np.ones(cols.shape, bool)[:, None, :]
     settled = vis.any(axis=(1, 2)) & (~vis & real).any(axis=(1, 2))
-    result = np.full(len(seq), 2, dtype=np.int64)
+    result = np.full(len(seq), TileKind.PARTIAL, dtype=np.int64)
     exact = np.nonzero(~settled)[0][:budget_tiles]
     if len(exact):
         qe, ke = q[exact][:, :, None], k[exact][:, None, :]
         vis = _visible_batch(program, batch, seq[exact][:, None, None], qe, ke)
         any_visible = vis.any(axis=(1, 2))
         hidden = (~vis & (qe >= 0)).any(axis=(1, 2))
-        result[exact] = np.where(~any_visible, 0, np.where(hidden, 2, 1))
+        result[exact] = np.where(~any_visible, TileKind.EMPTY, np.where(hidden, TileKind.PARTIAL, TileKind.FULL))
     evaluated = settled.copy()
     evaluated[exact] = True
     return result, evaluated
@@ -450,7 +461,7 @@ def _covered_pieces(r: dict[str, np.ndarray], inst: dict[str, np.ndarray], batch
     bt = batch.blocks
     i = r["inst"]
     qg, kg = inst["qg"][i], inst["kg"][i]
-    true = r["status"] == 1
+    true = r["status"] == Status.TRUE
     grid_k = np.array([b.grid for b in tiling.blocks], dtype=bool)[bt.block[kg]] if len(kg) else np.zeros(0, bool)
     # Query side: the real tokens of the tile must lie in [qa, qb). (For grid blocks the span is the grid.)
     q_ext = extent(bt, "q", qg, r["qt"], r["qt"])
@@ -508,10 +519,10 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
         status = r["status"][src]
         parts.append(dict(
             gq=qtile_base[r["seq"][src]] + r["qt"][src], lo=lo, hi=hi,
-            kind=np.where(covered, 0, 1 << index).astype(np.uint32),
+            kind=np.where(covered, TileKind.FULL, TileKind.rule_bit(index)).astype(np.uint32),
             # A TRUE range is decided (covered, or partly outside its instance); an UNKNOWN tile if exact.
-            todo=(status == 2) & ~r["exact"][src],
-            true=status == 1, seq=r["seq"][src], qt=r["qt"][src],
+            todo=(status == Status.UNKNOWN) & ~r["exact"][src],
+            true=status == Status.TRUE, seq=r["seq"][src], qt=r["qt"][src],
             qg=inst["qg"][i], kg=inst["kg"][i], qa=inst["qa"][i], qb=inst["qb"][i], ka=inst["ka"][i], kb=inst["kb"][i]))
     e = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]} if parts else \
         {name: np.zeros(0, np.int64) for name in ("gq", "lo", "hi", "kind", "todo")}
@@ -533,8 +544,8 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
         seq = np.searchsorted(qtile_base, gq[todo], side="right") - 1
         exact_kind, evaluated = _refine(program, batch, seq, gq[todo] - qtile_base[seq], lo[todo],
                                         refine_budget // (config.block_q * config.block_k))
-        keep[todo] = exact_kind != 0
-        kinds[todo] = np.where(exact_kind == 1, 0, kinds[todo])
+        keep[todo] = exact_kind != TileKind.EMPTY
+        kinds[todo] = np.where(exact_kind == TileKind.FULL, TileKind.FULL, kinds[todo])
         stats.tiles_refined = int(evaluated.sum())
         stats.tiles_conservative = len(todo) - stats.tiles_refined
     gq, lo, hi, kinds = gq[keep], lo[keep], hi[keep], kinds[keep]
@@ -559,7 +570,7 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
     work_seq = (np.searchsorted(qtile_base, visit, side="right") - 1).astype(np.int32)
     work_qtile = (visit - qtile_base[work_seq]).astype(np.int32)
 
-    stats.tiles_full = int(np.count_nonzero(kind == 0))
+    stats.tiles_full = int(np.count_nonzero(kind == TileKind.FULL))
     stats.tiles_partial = len(kind) - stats.tiles_full
     desc = Descriptor(config, bt, work_seq, work_qtile, row_ptr.astype(np.int32), k_tile, kind, stats)
     if desc.nbytes > MAX_DESCRIPTOR_BYTES:
@@ -598,7 +609,7 @@ def _merge_overlaps(e: dict, mixed: np.ndarray, batch: _Batch, tiling: Tiling) -
     key, src, kt = key[order], src[order], kt[order]
     starts = np.nonzero(np.concatenate([[True], key[1:] != key[:-1]]))[0]
     count = np.diff(np.append(starts, len(key)))
-    full = np.logical_and.reduceat(e["kind"][src] != 0, starts) == 0
+    full = np.logical_or.reduceat(e["kind"][src] == TileKind.FULL, starts)
     bits = np.bitwise_or.reduceat(e["kind"][src], starts)
     decided = full | ((count == 1) & ~e["todo"][src[starts]])
 
@@ -635,7 +646,7 @@ def _merge_overlaps(e: dict, mixed: np.ndarray, batch: _Batch, tiling: Tiling) -
         decided[pair] |= now_full | now_partial
 
     m_gq, m_kt = key[starts] // stride, key[starts] % stride
-    merged = dict(gq=m_gq, lo=m_kt, hi=m_kt, kind=np.where(full, 0, bits).astype(np.uint32), todo=~decided)
+    merged = dict(gq=m_gq, lo=m_kt, hi=m_kt, kind=np.where(full, TileKind.FULL, bits).astype(np.uint32), todo=~decided)
     out = {name: np.concatenate([e[name][keep], merged[name]]) for name in merged}
     order = np.lexsort((out["lo"], out["gq"]))
     return {name: a[order] for name, a in out.items()}
@@ -651,7 +662,7 @@ class KernelTables:
     work: np.ndarray  # int32 [W, 2]
     row_ptr: np.ndarray  # int32 [W + 1]
     k_tiles: np.ndarray  # int32 [nnz]
-    kinds: np.ndarray  # uint8/16/32 [nnz]
+    kinds: np.ndarray  # uint8/16/32 [nnz]: Descriptor.kind, narrowed to the kernel's kind_t
     seq_table: np.ndarray  # int64 [B, F]
     seg_start: np.ndarray  # int32
     seg_code: np.ndarray  # int32: symbol | member << 5

@@ -14,11 +14,14 @@ from the runtime layout of each sequence.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from maskc import ir
-from maskc.plan.layout import ConcreteLayout
+
+if TYPE_CHECKING:  # code generation imports this module; the runtime layouts stay out of it
+    from maskc.plan.layout import ConcreteLayout
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ import numpy as np
 
 from maskc import ir
 from maskc.compiler import CompiledMask, compile_program
-from maskc.kernels import KernelOptions
-from maskc.plan import Descriptor
+from maskc.kernels import KernelOptions, TileKind
 from maskc.plan.layout import ConcreteLayout, SequenceValues
+from maskc.plan.planner import Descriptor
 from maskc.tools.reference import dense_mask, visible
 
 EXACT_PICTURE_MAX_N = 4096  # up to here the picture is the exact boolean mask, one pixel per pair
@@ -178,7 +178,7 @@ class VisitedTiles:
         k_seq, k_tile, k_of_entry = _distinct_tiles(seq, ktile)
         k_used = (tile_tokens(desc, "k", k_seq, k_tile) >= 0).sum(axis=1)
         area = np.repeat(q_used, per_item) * k_used[k_of_entry]
-        return VisitedTiles(seq, qtile, ktile, desc.kind == 0, area)
+        return VisitedTiles(seq, qtile, ktile, desc.kind == TileKind.FULL, area)
 
     def __len__(self) -> int:
         return len(self.seq)

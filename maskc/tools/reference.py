@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from maskc import ir
+from maskc.kernels.abi import TileKind
 from maskc.plan.exact import pair_env, regions_visible, visible  # noqa: F401  (re-exported for the tests)
 from maskc.plan.layout import ConcreteLayout, SequenceValues
 
@@ -77,8 +78,8 @@ def simulate(program: ir.Program, desc, layouts: list[ConcreteLayout], values: l
             inside = cols >= 0
             colc = np.maximum(cols, 0)
             s = (qs @ k[b][colc].astype(np.float32).T) * np.float32(scale * log2e)
-            if kind != 0:
-                chosen = [region for r, region in enumerate(program.regions) if kind >> r & 1]
+            if kind != TileKind.FULL:
+                chosen = [program.regions[r] for r in TileKind.rules(kind)]
                 vis = visible(program, lay, val, rows[:, None], colc[None, :], regions=chosen)
                 s = np.where(vis & inside[None, :], s, -np.inf)
             elif not inside.all():

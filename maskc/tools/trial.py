@@ -17,9 +17,9 @@ import numpy as np
 
 from maskc import ir
 from maskc.compiler import CompiledMask, compile_program
-from maskc.kernels import KernelOptions
-from maskc.plan import Descriptor
+from maskc.kernels import KernelOptions, TileKind
 from maskc.plan.layout import ConcreteLayout, SequenceValues
+from maskc.plan.planner import Descriptor
 from maskc.tools.explain import VisitedTiles, tile_tokens, visible_per_tile
 from maskc.tools.reference import attention, simulate, visible
 
@@ -150,15 +150,15 @@ def _descriptor_problems(desc: Descriptor, work: int, n: int, truth: np.ndarray)
     k_tiles, kinds = desc.k_tile[lo:hi].astype(np.int64), desc.kind[lo:hi]
     where = f"sequence {seq}, query tile {qtile}"
     tokens = tile_tokens(desc, "k", np.full(len(k_tiles), seq), k_tiles)
-    kind_of = np.broadcast_to(np.where(kinds == 0, 1, 2)[:, None], tokens.shape)
+    kind_of = np.broadcast_to(np.where(kinds == TileKind.FULL, TileKind.FULL, TileKind.PARTIAL)[:, None], tokens.shape)
     real = tokens >= 0
-    per_key = np.zeros(n, dtype=np.int8)  # 0 skipped, 1 in a full tile, 2 in a partial tile
+    per_key = np.full(n, TileKind.EMPTY, dtype=np.int8)  # the kind of the tile each key lies in; EMPTY: skipped
     per_key[tokens[real]] = kind_of[real]
     problems = []
     if len(np.unique(tokens[real])) != int(real.sum()):
         problems.append(f"{where}: a key is listed in two tiles")
-    missed = int((truth & (per_key == 0)[None, :]).sum())
-    hidden = int((~truth & (per_key == 1)[None, :]).sum())
+    missed = int((truth & (per_key == TileKind.EMPTY)[None, :]).sum())
+    hidden = int((~truth & (per_key == TileKind.FULL)[None, :]).sum())
     if missed:
         problems.append(f"{where}: {missed} visible pairs lie in key tiles the descriptor skips")
     if hidden:

@@ -12,10 +12,10 @@ cupy = pytest.importorskip("cupy")
 pytestmark = pytest.mark.gpu
 
 from maskc.compiler import compile_file  # noqa: E402
-from maskc.kernels import KernelOptions, planner_name  # noqa: E402
+from maskc.kernels import KernelOptions, TileKind, planner_name  # noqa: E402
+from maskc.kernels.abi import CLASS_EMPTY, CLASS_FULL  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-TILE_FULL = 0x80000000
 
 
 @pytest.mark.parametrize("name", ["causal", "document", "rm_shared", "clear_text", "natten2d", "tree", "block_sparse"])
@@ -35,8 +35,8 @@ def test_classify_kernel_matches_the_descriptor(name):
     classes = classes.get()
     for w, (b, qt) in enumerate(work):
         kts, kinds = desc.tiles_of(int(b), int(qt))
-        expected = np.zeros(tiles_per_item[w], dtype=np.int64)  # 0 empty, 1 full, 2 partial
-        expected[kts] = np.where(kinds == 0, 1, 2)
+        expected = np.full(tiles_per_item[w], TileKind.EMPTY, dtype=np.int64)
+        expected[kts] = np.where(kinds == TileKind.FULL, TileKind.FULL, TileKind.PARTIAL)
         got = classes[offset[w]:offset[w] + tiles_per_item[w]].astype(np.int64)
-        got = np.where(got == 0, 0, np.where(got == TILE_FULL, 1, 2))
+        got = np.where(got == CLASS_EMPTY, TileKind.EMPTY, np.where(got == CLASS_FULL, TileKind.FULL, TileKind.PARTIAL))
         np.testing.assert_array_equal(got, expected, err_msg=f"sequence {b}, query tile {qt}")
