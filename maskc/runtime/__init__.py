@@ -9,6 +9,7 @@ after the producers of q, k and v like any other operation on that stream.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -91,6 +92,9 @@ class Attention:
 
     def __init__(self, compiled: CompiledMask):
         self.compiled = compiled
+        # Launches prepared for recent call signatures (tensors, values, options): a repeated call skips
+        # every check, the planning and the argument packing (see _call_key).
+        self._launches: OrderedDict = OrderedDict()
 
     @property
     def program(self):
@@ -121,6 +125,19 @@ class Attention:
 
     def __call__(self, q, k, v, *, cu_seqlens=None, scale: float | None = None, return_lse: bool = False,
                  out=None, lse=None, **params):
+        key = _call_key(q, k, v, cu_seqlens, scale, out, lse, params)
+        prepared = self._launches.get(key) if key is not None else None
+        if prepared is not None:
+            return prepared.run(q, out, lse, return_lse)
+        result = self._call(q, k, v, cu_seqlens, scale, out, lse, params)
+        if key is not None and result.launch is not None:
+            self._launches[key] = result.launch
+            if len(self._launches) > _PREPARED_LAUNCHES:
+                self._launches.popitem(last=False)
+        return result.outputs(return_lse)
+
+    def _call(self, q, k, v, cu_seqlens, scale, out, lse, params) -> _Result:
+        """The checked call: validate, plan (or find the plan), prepare the launch and launch it."""
         o = self.compiled.options
         tq, tk, tv = _describe(q, "q"), _describe(k, "k"), _describe(v, "v")
         for t in (tq, tk, tv):
@@ -175,22 +192,21 @@ class Attention:
         sequences = self.sequences(lengths, params)
         desc, tables, _ = self.compiled.tables(sequences, offsets)
         lse_shape = (tq.shape[-2], tq.shape[0]) if packed else (len(lengths), tq.shape[-2], tq.shape[1])
-        out, lse = _outputs(tq, out, lse, lse_shape)
-        return self._launch(tq, tk, tv, out, lse, packed, desc, tables, scale, return_lse)
+        caller_out, caller_lse = out is not None, lse is not None
+        to, tl = _outputs(tq, out, lse, lse_shape)
+        launch = self._prepare(tq, tk, tv, to, tl, packed, desc, tables, scale, lse_shape, caller_out, caller_lse)
+        if launch is not None:
+            launch.launch(tq.obj, to.obj, tl.obj)
+        return _Result(launch, to.obj, tl.obj)
 
-    def _launch(self, tq, tk, tv, to, tl, packed, desc, tables, scale, return_lse):
+    def _prepare(self, tq, tk, tv, to, tl, packed, desc, tables, scale, lse_shape, caller_out, caller_lse):
+        """Everything a launch needs, packed once; None when there is nothing to launch."""
         import cupy
 
         compiled, options = self.compiled, self.compiled.options
         family = options.family
         hq, hkv = tq.shape[-2], tk.shape[-2]
-        out, lse = to.obj, tl.obj
-        if tq.library == "torch":
-            import torch
-
-            stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(tq.obj.device).cuda_stream, tq.device)
-        else:
-            stream = cupy.cuda.get_current_stream(tq.device)
+        stream = _stream(tq)
         if packed:  # [T, H, D]: no sequence stride; LSE is [H, T]
             strides = {t: (0,) + x.strides[:2] for t, x in (("q", tq), ("k", tk), ("v", tv), ("o", to))}
             lse_strides = (0, tq.shape[0])
@@ -199,7 +215,7 @@ class Attention:
             lse_strides = (hq * tq.shape[1], tq.shape[1])
         work_items = len(desc.work_seq)
         if work_items == 0 or hq == 0:
-            return (out, lse) if return_lse else out
+            return None
         device_tables = dict(zip(("work", "row_ptr", "k_tiles", "kinds", "seq_table", "seg_start", "seg_code", "arrays"),
                                  _upload(tables, tq.device, stream)))
         values = {
@@ -228,9 +244,159 @@ class Attention:
         shared = compiled.shared_memory_bytes
         _, kernel = _module(str(compiled.cubin), compiled.name, shared, tq.device)
         grid = family.grid(work_items, hq, _multiprocessors(tq.device))
-        with cupy.cuda.Device(tq.device):
-            kernel((grid,), (family.threads,), args, shared_mem=shared, stream=stream)
+        names = [a.name for a in family.forward_args]
+        return _Launch(kernel, cupy.cuda.Device(tq.device), (grid,), (family.threads,), shared, list(args),
+                       names.index("o"), names.index("lse"), tuple(tq.shape), lse_shape, caller_out, caller_lse,
+                       device_tables)
+
+
+@dataclass
+class _Launch:
+    """A kernel launch prepared for one call signature; only the output pointers change between calls
+    (when the caller gives no buffers, each call gets new ones)."""
+
+    kernel: object
+    device: object
+    grid: tuple
+    block: tuple
+    shared: int
+    args: list
+    o_index: int
+    lse_index: int
+    out_shape: tuple
+    lse_shape: tuple
+    caller_out: bool
+    caller_lse: bool
+    keep: object  # the uploaded tables, alive as long as this launch
+
+    def launch(self, q, out, lse) -> None:
+        args = self.args
+        if not (self.caller_out and self.caller_lse):
+            args = list(args)
+            args[self.o_index] = np.uint64(_pointer(out))
+            args[self.lse_index] = np.uint64(_pointer(lse))
+        with self.device:
+            self.kernel(self.grid, self.block, tuple(args), shared_mem=self.shared, stream=_stream_of(q))
+
+    def run(self, q, out, lse, return_lse: bool):
+        """A repeated call: new outputs unless the caller gave them, then the launch."""
+        if out is None:
+            out = _empty_like(q, self.out_shape, None)
+        if lse is None:
+            lse = _empty_like(q, self.lse_shape, "float32")
+        self.launch(q, out, lse)
         return (out, lse) if return_lse else out
+
+
+@dataclass
+class _Result:
+    launch: _Launch | None
+    out: object
+    lse: object
+
+    def outputs(self, return_lse: bool):
+        return (self.out, self.lse) if return_lse else self.out
+
+
+_PREPARED_LAUNCHES = 16
+
+
+def _call_key(q, k, v, cu_seqlens, scale, out, lse, params) -> tuple | None:
+    """What determines a launch, cheaply: the tensors (address, shape, strides, dtype, device), the
+    runtime values, the options. None when a call cannot be keyed safely (a CuPy cu_seqlens, whose
+    content could change unseen); such calls always take the checked path. A torch cu_seqlens is keyed
+    by the tensor itself and its version counter (an in-place torch update changes it); the prepared
+    launch keeps the tensor alive, so its id is not reused while cached."""
+    try:
+        parts = [_tensor_key(q), _tensor_key(k), _tensor_key(v), scale,
+                 None if out is None else _tensor_key(out), None if lse is None else _tensor_key(lse)]
+        if cu_seqlens is not None:
+            mod = type(cu_seqlens).__module__
+            if mod.startswith("torch"):
+                parts.append(("torch", id(cu_seqlens), cu_seqlens.data_ptr(), cu_seqlens._version, cu_seqlens.device))
+            elif isinstance(cu_seqlens, np.ndarray):
+                parts.append(("numpy", cu_seqlens.dtype.str, cu_seqlens.tobytes()))
+            elif isinstance(cu_seqlens, (list, tuple)):
+                parts.append(("list", tuple(cu_seqlens)))
+            else:
+                return None
+        if params:
+            parts.append(_frozen_params(params))
+        key = tuple(parts)
+        hash(key)
+        return key
+    except (TypeError, AttributeError, ValueError):  # unusual inputs: the checked path says what is wrong
+        return None
+
+
+def _tensor_key(x) -> tuple:
+    if type(x).__module__.startswith("torch"):
+        if x.requires_grad:
+            raise TypeError  # never cached: the checked path raises
+        return (x.data_ptr(), x.shape, x.stride(), x.dtype, x.device)
+    return (x.data.ptr, x.shape, x.strides, x.dtype.str, x.device.id)
+
+
+def _frozen_params(params: dict) -> tuple:
+    out = []
+    for name in sorted(params):
+        value = params[name]
+        if isinstance(value, np.ndarray):
+            value = ("ndarray", value.dtype.str, value.shape, value.tobytes())
+        elif isinstance(value, (list, tuple)):
+            value = ("list", _freeze(value))
+        else:
+            value = (type(value).__name__, value)
+        out.append((name, value))
+    return tuple(out)
+
+
+def _freeze(value):
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return ("ndarray", value.dtype.str, value.shape, value.tobytes())
+    return (type(value).__name__, value)
+
+
+def _pointer(x) -> int:
+    return x.data_ptr() if type(x).__module__.startswith("torch") else x.data.ptr
+
+
+def _empty_like(q, shape, dtype):
+    if type(q).__module__.startswith("torch"):
+        import torch
+
+        return torch.empty(shape, dtype=q.dtype if dtype is None else torch.float32, device=q.device)
+    import cupy
+
+    with q.device:
+        return cupy.empty(shape, dtype=q.dtype if dtype is None else cupy.float32)
+
+
+_streams: dict = {}
+
+
+def _stream_of(q):
+    """The caller's current stream, as CuPy wants it (torch's current stream for torch tensors)."""
+    import cupy
+
+    if type(q).__module__.startswith("torch"):
+        import torch
+
+        handle = torch.cuda.current_stream(q.device).cuda_stream
+        device = q.device.index or 0
+        stream = _streams.get((handle, device))
+        if stream is None:
+            if len(_streams) > 64:
+                _streams.clear()
+            stream = _streams[(handle, device)] = cupy.cuda.ExternalStream(handle, device)
+        return stream
+    return cupy.cuda.get_current_stream(q.device.id)
+
+
+def _stream(t: _Tensor):
+    return _stream_of(t.obj)
 
 
 @lru_cache(maxsize=None)

@@ -158,3 +158,24 @@ def test_cupy_arrays_give_the_same_result_as_torch_tensors():
     got = attn(qc, kc, vc, cu_seqlens=cu, **params)
     assert isinstance(got, cupy.ndarray) and got.dtype == cupy.float16 and got.shape == qc.shape
     torch.testing.assert_close(torch.from_dlpack(got), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_repeated_calls_reuse_the_prepared_launch_and_stay_right(arch):
+    """A repeated call takes the prepared launch (no checks, no planning); new runtime values, an in-place
+    update of a torch cu_seqlens and new output buffers must still give the right answer."""
+    attn = maskc.load(EXAMPLES / "document.mask", head_dim=128, dtype="bf16", arch=arch)
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    q, k, v = (torch.randn(600, 4, 128, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3))
+    cu = torch.tensor([0, 250, 600], dtype=torch.int32, device="cuda")
+    cases = [([[100, 150], [350]], [0, 250, 600]), ([[100, 150], [350]], [0, 250, 600]), ([[250], [50, 300]], [0, 250, 600]),
+             ([[400], [200]], [0, 400, 600])]
+    for docs, bounds in cases:
+        cu.copy_(torch.tensor(bounds, dtype=torch.int32))  # in place: the call must see the new lengths
+        out = attn(q, k, v, cu_seqlens=cu, docs=docs)
+        out2 = attn(q, k, v, cu_seqlens=cu, docs=docs)  # the prepared launch, new output buffers
+        assert out2.data_ptr() != out.data_ptr()
+        fresh = maskc.load(EXAMPLES / "document.mask", head_dim=128, dtype="bf16", arch=arch)
+        expected = fresh(q, k, v, cu_seqlens=bounds, docs=docs)
+        torch.testing.assert_close(out, expected, rtol=0, atol=0)
+        torch.testing.assert_close(out2, expected, rtol=0, atol=0)
