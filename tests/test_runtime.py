@@ -4,6 +4,8 @@ The launch itself is tested on the GPU machine (tests/gpu)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -35,7 +37,16 @@ def test_loads_splits_kernel_options_from_const_values(attn):
     other = maskc.loads(SHARED_PROMPT, w=9, arch="sm_80")
     assert dict(other.program.consts) == {"w": 9} and other.compiled.options.head_dim == 128
     options, consts = split_options({"head_dim": 64, "w": 3})
-    assert options.arch == "sm_90" and consts == {"w": 3}  # no GPU here: the most common target
+    assert options.arch == "sm_90a" and consts == {"w": 3}  # no GPU here: the most common target, Hopper
+
+
+def test_the_default_family_is_hopper_except_for_grid_tiles_on_sm90():
+    from maskc.front import read_file
+    from maskc.runtime import default_arch
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    assert default_arch(read_file(examples / "causal.mask")) == "sm_90a"
+    assert default_arch(read_file(examples / "clear_text.mask")) == "sm_90"  # 2D tiles: the portable kernel
 
 
 def test_numpy_arrays_are_not_tensors(attn):

@@ -2,16 +2,18 @@
 
 from maskc.kernels.abi import Arg, SeqTable, TileKind
 from maskc.kernels.family import (
-                                  ARCHS,
-                                  DTYPES,
-                                  FAMILIES,
-                                  HEAD_DIMS,
-                                  KernelFamily,
-                                  KernelOptions,
-                                  family_for,
-                                  kernel_name,
-                                  planner_name,
+    ARCHS,
+    DTYPES,
+    FAMILIES,
+    HEAD_DIMS,
+    SM80,
+    SM90A,
+    KernelFamily,
+    KernelOptions,
+    family_for,
+    kernel_name,
+    planner_name,
 )
 
-__all__ = ["ARCHS", "DTYPES", "FAMILIES", "HEAD_DIMS", "Arg", "KernelFamily", "KernelOptions", "SeqTable", "TileKind",
-           "family_for", "kernel_name", "planner_name"]
+__all__ = ["ARCHS", "DTYPES", "FAMILIES", "HEAD_DIMS", "SM80", "SM90A", "Arg", "KernelFamily", "KernelOptions",
+           "SeqTable", "TileKind", "family_for", "kernel_name", "planner_name"]

@@ -470,29 +470,49 @@ def _upload(tables, device: int, stream) -> tuple:
 
 def load(path, **options) -> Attention:
     """Compile a `.mask` file for the given options (head_dim, dtype, arch, const parameters) and return
-    the attention callable. Const parameters are passed as keyword options too."""
-    from maskc.compiler import compile_file
+    the attention callable. Const parameters are passed as keyword options too. Without `arch`, maskc
+    picks the kernel family for the current GPU and this mask (`default_arch`)."""
+    from maskc.front import read_file
 
-    kernel_options, consts = split_options(options)
-    return Attention(compile_file(path, kernel_options, consts))
+    return _load(read_file(str(path)), options)
 
 
 def loads(text: str, **options) -> Attention:
-    from maskc.compiler import compile_text
+    from maskc.front import read_program
 
-    kernel_options, consts = split_options(options)
-    return Attention(compile_text(text, kernel_options, consts))
+    return _load(read_program(text), options)
 
 
-def split_options(options: dict) -> tuple:
+def _load(program, options: dict) -> Attention:
+    from maskc.compiler import compile_program
+
+    kernel_options, consts = split_options(options, program)
+    return Attention(compile_program(program, kernel_options, consts))
+
+
+def split_options(options: dict, program=None) -> tuple:
     from maskc.kernels import KernelOptions
 
     names = {"head_dim", "dtype", "arch"}
     kernel = {k: v for k, v in options.items() if k in names}
     if "arch" not in kernel:
-        kernel["arch"] = current_arch()
+        kernel["arch"] = default_arch(program, kernel.get("head_dim", 128))
     consts = {k: v for k, v in options.items() if k not in names}
     return KernelOptions(**kernel), consts
+
+
+def default_arch(program=None, head_dim: int = 128) -> str:
+    """The kernel family for the current GPU: on Hopper (sm_90) the Hopper family, except for masks whose
+    grids get 2D/3D tiles, where the portable kernels are still faster (measured in docs/hopper.md);
+    elsewhere the portable family for the GPU's own architecture."""
+    from maskc.kernels import SM90A
+    from maskc.plan.tiling import grids_tiled_by_coordinates
+
+    arch = current_arch()
+    if arch == "sm_90" and head_dim in SM90A.head_dims:
+        if program is None or not grids_tiled_by_coordinates(program):
+            return "sm_90a"
+    return arch
 
 
 def current_arch() -> str:
