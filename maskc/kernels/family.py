@@ -28,7 +28,8 @@ class KernelFamily:
     archs: tuple[str, ...]  # --arch values that select this family
     head_dims: tuple[int, ...]
     dtypes: tuple[str, ...]
-    tiles: dict[int, tuple[int, int]]  # head dim -> (block_q, block_k)
+    tiles: dict[int, tuple[int, int]]  # head dim -> (block_q, block_k), the default tile
+    narrow_block_k: dict[int, int]  # head dim -> a narrower key tile the kernels also support (option key_tile)
     threads: int  # per CTA
     persistent: bool  # one CTA per SM walking (work item, head) pairs, else one CTA per pair
     # Shared-memory tiles: how many Q tiles, K tiles and V tiles of (rows x head dim) elements it keeps.
@@ -64,6 +65,7 @@ SM80 = KernelFamily(
     head_dims=(64, 128),
     dtypes=("bf16", "fp16"),
     tiles={64: (128, 64), 128: (128, 64)},
+    narrow_block_k={},
     threads=128,
     persistent=False,
     q_buffers=1, k_buffers=2, v_buffers=1,  # K double-buffered, V single
@@ -79,6 +81,7 @@ SM90A = KernelFamily(
     head_dims=(64, 128, 256),
     dtypes=("bf16", "fp16"),
     tiles={64: (128, 128), 128: (128, 128), 256: (128, 64)},
+    narrow_block_k={64: 64, 128: 64},  # 2D/3D neighbourhoods: 8 x 8 key boxes waste fewer pairs than 16 x 8
     threads=384,
     persistent=True,
     q_buffers=1, k_buffers=2, v_buffers=2,  # a two-stage K/V pipeline
@@ -109,6 +112,7 @@ class KernelOptions:
     head_dim: int = 128
     dtype: str = "bf16"
     arch: str = "sm_90"
+    key_tile: int | None = None  # keys per tile; None: the family's default for this head dim
     family: KernelFamily = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -118,11 +122,17 @@ class KernelOptions:
         if self.head_dim not in family.head_dims:
             raise ValueError(f"head_dim must be one of {family.head_dims} for {self.arch} "
                              f"(the {family.name} kernels), got {self.head_dim}")
+        default = family.tiles[self.head_dim][1]
+        allowed = sorted({default, family.narrow_block_k.get(self.head_dim, default)})
+        if self.key_tile is not None and self.key_tile not in allowed:
+            raise ValueError(f"key_tile must be one of {allowed} for head dim {self.head_dim} on {self.arch} "
+                             f"(the {family.name} kernels), got {self.key_tile}")
         object.__setattr__(self, "family", family)
 
     @property
     def tile(self) -> tuple[int, int]:
-        return self.family.tiles[self.head_dim]
+        block_q, block_k = self.family.tiles[self.head_dim]
+        return block_q, self.key_tile or block_k
 
     @property
     def tile_config(self) -> TileConfig:
@@ -146,8 +156,10 @@ def _identifier(name: str) -> str:
 
 
 def kernel_name(mask_name: str, options: KernelOptions, direction: str = "fwd") -> str:
-    """A readable, unique name: mask, direction, family, head dim, dtype (the tile follows from these)."""
-    return f"maskc_{_identifier(mask_name)}_{direction}_{options.family.name}_hd{options.head_dim}_{options.dtype}"
+    """A readable, unique name: mask, direction, family, head dim, dtype, and the key tile when it is not
+    the family's default."""
+    tile = "" if options.tile == options.family.tiles[options.head_dim] else f"_bk{options.tile[1]}"
+    return f"maskc_{_identifier(mask_name)}_{direction}_{options.family.name}_hd{options.head_dim}_{options.dtype}{tile}"
 
 
 def planner_name(mask_name: str, options: KernelOptions) -> str:

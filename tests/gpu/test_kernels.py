@@ -74,10 +74,11 @@ _CAPABILITY = torch.cuda.get_device_capability() if torch.cuda.is_available() el
 FAMILIES = [f"sm_{_CAPABILITY[0]}{_CAPABILITY[1]}"] + (["sm_90a"] if _CAPABILITY == (9, 0) else [])
 
 
-def run_case(name, head_dim=128, dtype="bf16", heads=(4, 4), packed=True, seed=0, arch=None, sequences=None):
+def run_case(name, head_dim=128, dtype="bf16", heads=(4, 4), packed=True, seed=0, arch=None, sequences=None, **options):
     consts, small = SMALL[name]
     sequences = sequences or small
-    attn = maskc.load(EXAMPLES / f"{name}.mask", head_dim=head_dim, dtype=dtype, arch=arch or FAMILIES[0], **consts)
+    attn = maskc.load(EXAMPLES / f"{name}.mask", head_dim=head_dim, dtype=dtype, arch=arch or FAMILIES[0], **options,
+                      **consts)
     values, layouts = attn.compiled.bind(sequences)
     lengths = [lay.n for lay in layouts]
     if not packed and len(set(lengths)) != 1:
@@ -134,6 +135,13 @@ def test_longer_sequences_cycle_the_pipeline(name, sequences, arch):
     """Dozens of key tiles per row and more (work item, head) pairs than CTAs: every pipeline stage and
     barrier phase is reused many times, and a persistent CTA takes several work items."""
     run_case(name, heads=(8, 2), seed=4, arch=arch, sequences=sequences)
+
+
+@pytest.mark.skipif("sm_90a" not in FAMILIES, reason="a Hopper-family option")
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("name", ["clear_text", "natten2d", "video3d", "document", "causal"])
+def test_example_hopper_64_key_tiles(name, head_dim):
+    run_case(name, head_dim=head_dim, heads=(4, 2), seed=5, arch="sm_90a", key_tile=64)
 
 
 @pytest.mark.parametrize("arch", FAMILIES)
