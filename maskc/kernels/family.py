@@ -18,6 +18,7 @@ from maskc.kernels import abi
 from maskc.plan.tiling import TileConfig
 
 ELEMENT_BYTES = 2  # bf16 and fp16
+MAX_SHARED_BYTES = 227 * 1024  # dynamic shared memory a CTA may have on sm_80 and sm_90
 DTYPES = {"bf16": "bf16", "fp16": "f16"}  # option name -> PTX type name
 
 
@@ -48,9 +49,18 @@ class KernelFamily:
     def template(self, direction: str = "fwd") -> str:
         return f"{self.name}/attention_{direction}.cu.j2"
 
+    def q_stages(self, options: KernelOptions) -> int:
+        """Q tiles in shared memory: `q_buffers`, or fewer where they would not fit (head dim 256)."""
+        block_q, block_k = options.tile
+        for stages in range(self.q_buffers, 1, -1):
+            elements = (stages * block_q + (self.k_buffers + self.v_buffers) * block_k) * options.head_dim
+            if elements * ELEMENT_BYTES + self.extra_shared_bytes <= MAX_SHARED_BYTES:
+                return stages
+        return 1
+
     def shared_memory_bytes(self, options: KernelOptions) -> int:
         block_q, block_k = options.tile
-        elements = (self.q_buffers * block_q + (self.k_buffers + self.v_buffers) * block_k) * options.head_dim
+        elements = (self.q_stages(options) * block_q + (self.k_buffers + self.v_buffers) * block_k) * options.head_dim
         return elements * ELEMENT_BYTES + self.extra_shared_bytes
 
     def grid(self, work_items: int, num_heads: int, sm_count: int) -> int:
@@ -84,7 +94,7 @@ SM90A = KernelFamily(
     narrow_block_k={64: 64, 128: 64},  # 2D/3D neighbourhoods: 8 x 8 key boxes waste fewer pairs than 16 x 8
     threads=384,
     persistent=True,
-    q_buffers=1, k_buffers=2, v_buffers=2,  # a two-stage K/V pipeline
+    q_buffers=2, k_buffers=2, v_buffers=2,  # a two-stage K/V pipeline; Q double-buffered where it fits
     extra_shared_bytes=2048,  # 1024-byte alignment of the tiles, then the mbarriers
     forward_args=abi.SM90A_FORWARD_ARGS,
     min_run=8,
