@@ -225,9 +225,13 @@ def compile_command(mask, output, emit, arch, head_dim, dtype, params):
         output = Path(mask).stem + EMIT_SUFFIX[emit]
     if output == "-" and emit == "cubin" and stdout_is_terminal():
         raise click.UsageError("a cubin is binary: redirect stdout to a file, or give -o FILE")
+    try:
+        options = KernelOptions(int(head_dim), dtype, arch)
+    except ValueError as exc:  # an option the chosen kernel family does not support
+        raise click.UsageError(str(exc)) from None
     program = read_mask(mask)
     consts, _ = split_params(program, params, allow_runtime=False)
-    compiled = compile_program(program, KernelOptions(int(head_dim), dtype, arch), consts)
+    compiled = compile_program(program, options, consts)
     data = compiled.source.encode() if emit == "cu" else compiled.build(emit).path.read_bytes()
     if output == "-":
         click.echo(data, nl=False)  # bytes go to the binary stream beneath stdout

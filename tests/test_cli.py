@@ -555,3 +555,10 @@ def test_run_on_a_gpu(run):
     assert result.exit_code == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert report["passed"] and report["tflops"] > 0 and report["visible_pairs"] > 0
+
+
+def test_compile_refuses_options_the_family_does_not_support(run, tmp_path):
+    result = run("compile", example("causal"), "-o", tmp_path / "x.cu", "--head-dim", "256", "--arch", "sm_80")
+    assert result.exit_code == 2 and "head_dim must be one of (64, 128) for sm_80" in result.stderr
+    result = run("compile", example("causal"), "-o", tmp_path / "x.cu", "--head-dim", "256", "--arch", "sm_90a")
+    assert result.exit_code == 0 and "maskc_causal_fwd_sm90a_hd256_bf16" in (tmp_path / "x.cu").read_text()
