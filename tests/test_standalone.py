@@ -77,7 +77,7 @@ def test_standalone_planner_matches_maskc(name, tmp_path):
     extra = HARNESS.replace("PLANNER", prefix).replace("KIND", compiled.code.kind_type)
     extra += "".join(_values_code(prefix, compiled.program, v, i) for i, v in enumerate(values))
     lib = host_mask.build(compiled.source + extra, tmp_path)
-    fields = compiled.code.seq_fields
+    fields = compiled.code.seq_table.width
     for b, (val, lay) in enumerate(zip(values, layouts)):
         desc, tables, _ = compiled.tables([sequences[b]])
         row = np.zeros(fields, dtype=np.int64)
