@@ -4,6 +4,7 @@ over the runtime values, in 64 bits (the host code NVRTC skips; nvcc or any C++ 
 from __future__ import annotations
 
 from maskc import ir
+from maskc.ir.ops import spell
 
 
 def host_expr(e: ir.Expr, prefix: str, segments: list[str]) -> str:
@@ -27,21 +28,8 @@ def host_expr(e: ir.Expr, prefix: str, segments: list[str]) -> str:
         return f"v.{e.array}_len"
     if isinstance(e, ir.ArraySum):
         return f"{prefix}_sum(v.{e.array}, v.{e.array}_len)"
-    if isinstance(e, ir.Unary):
-        return {"neg": f"(-{r(e.arg)})", "abs": f"iabs({r(e.arg)})", "not": f"(!{r(e.arg)})"}[e.op]
-    if isinstance(e, ir.Pow):
-        return f"ipow({r(e.base)}, {e.exponent})"
-    if isinstance(e, ir.Binary):
-        if e.op in ("min", "max"):
-            return f"i{e.op}({r(e.lhs)}, {r(e.rhs)})"
-        if e.op in ("//", "%"):
-            return f"{prefix}_{'div' if e.op == '//' else 'mod'}({r(e.lhs)}, {r(e.rhs)}, &err)"
-        return f"({r(e.lhs)} {e.op} {r(e.rhs)})"
-    if isinstance(e, ir.Compare):
-        return f"(long long)({r(e.lhs)} {e.op} {r(e.rhs)})"
-    if isinstance(e, ir.Logic):
-        op = " && " if e.op == "and" else " || "
-        return "(long long)(" + op.join(r(a) for a in e.args) + ")"
+    if (o := ir.operation(e)) is not None:
+        return spell(o.op.host, [r(a) for a in o.args] + [str(c) for c in o.consts], p=prefix)
     raise TypeError(f"no host code for {ir.show(e)}")
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from maskc import ir
 from maskc.diagnostics import error
+from maskc.ir.ops import BOOL, INT, spell
 from maskc.ir.ranges import Range, static_range
 from maskc.kernels.abi import SeqTable
 
@@ -106,7 +107,10 @@ def _deps(e: ir.Expr) -> frozenset[str]:
     return frozenset(out)
 
 
-_BOOL_NODES = (ir.Compare, ir.Logic, ir.Ancestor)
+def _is_truth_op(e: ir.Expr) -> bool:
+    """A comparison, a connective or ancestor(): a C bool whatever its operands are."""
+    o = ir.operation(e)
+    return isinstance(e, ir.Ancestor) or (o is not None and o.op.result == BOOL)
 
 
 class _Builder:
@@ -119,7 +123,7 @@ class _Builder:
         self.token_fields = self.code.token_fields
 
     def is_bool(self, e: ir.Expr) -> bool:
-        if isinstance(e, _BOOL_NODES) or (isinstance(e, ir.Unary) and e.op == "not"):
+        if _is_truth_op(e):
             return True
         if isinstance(e, ir.Const):
             return isinstance(e.value, bool)
@@ -195,37 +199,25 @@ class _Builder:
 
     def render_op(self, e: ir.Expr, r: int, region: ir.Region, where: str) -> tuple[str, str]:
         sub = lambda x: self.render(x, r, region, where)  # noqa: E731
-        if isinstance(e, ir.Compare):
-            (a, ta), (b, tb) = sub(e.lhs), sub(e.rhs)
-            t = "long long" if "long long" in (ta, tb) else ta if ta == tb else "int"
-            return f"({_cast(a, ta, t)} {e.op} {_cast(b, tb, t)})", "bool"
-        if isinstance(e, ir.Logic):
-            op = " && " if e.op == "and" else " || "
-            return "(" + op.join(sub(a)[0] for a in e.args) + ")", "bool"
-        if isinstance(e, ir.Unary) and e.op == "not":
-            return f"(!{sub(e.arg)[0]})", "bool"
-        rng = static_range(e, self.program, region)
-        t = rng.ctype
-        if isinstance(e, ir.Unary):
-            a, ta = sub(e.arg)
-            return (f"(-{_cast(a, ta, t)})" if e.op == "neg" else f"iabs({_cast(a, ta, t)})"), t
-        if isinstance(e, ir.Pow):
-            a, ta = sub(e.base)
-            return f"ipow({_cast(a, ta, t)}, {e.exponent})", t
-        if isinstance(e, ir.Binary):
-            (a, ta), (b, tb) = sub(e.lhs), sub(e.rhs)
-            a, b = _cast(a, ta, t), _cast(b, tb, t)
-            if e.op in ("+", "-", "*"):
-                return f"({a} {e.op} {b})", t
-            if e.op in ("min", "max"):
-                return f"i{e.op}({a}, {b})", t
-            lhs = static_range(e.lhs, self.program, region)
-            rhs = static_range(e.rhs, self.program, region)
-            # C's `/` and `%` truncate; they agree with floor semantics only for non-negative operands.
-            if lhs.lo >= 0 and rhs.lo > 0:
-                return f"({a} {'/' if e.op == '//' else '%'} {b})", t
-            return f"{'floordiv' if e.op == '//' else 'floormod'}({a}, {b})", t
+        o = ir.operation(e)
+        if o is not None and o.op.result == BOOL:
+            rendered = [sub(a) for a in o.args]
+            if o.op.operands == INT:  # a comparison: both sides in one type
+                types = [t for _, t in rendered]
+                t = "long long" if "long long" in types else types[0] if types[0] == types[1] else "int"
+                rendered = [(_cast(a, ta, t), t) for a, ta in rendered]
+            return spell(o.op.c, [a for a, _ in rendered]), "bool"
+        if o is not None:
+            t = static_range(e, self.program, region).ctype
+            operands = [_cast(*sub(a), t) for a in o.args] + [str(c) for c in o.consts]
+            template = o.op.c
+            # C's division truncates: it agrees with flooring for a non-negative dividend and a positive divisor.
+            if o.op.c_truncating and static_range(o.args[0], self.program, region).lo >= 0 \
+                    and static_range(o.args[1], self.program, region).lo > 0:
+                template = o.op.c_truncating
+            return spell(template, operands), t
         if isinstance(e, ir.Index):
+            t = static_range(e, self.program, region).ctype
             slot = self.array(e.array)
             idx = [_cast(*sub(i), "long long") for i in e.indices]
             if len(idx) == 1:
@@ -242,11 +234,9 @@ class _Builder:
             return f"ancestor(s, {slot}, {_cast(a, ta, 'long long')}, {_cast(b, tb, 'long long')})"
         if isinstance(e, ir.Index):
             return f"({self.render_op(e, r, region, where)[0]} != 0)"
-        if isinstance(e, ir.Logic):
-            op = " && " if e.op == "and" else " || "
-            return "(" + op.join(self.render_bool(a, r, region, where) for a in e.args) + ")"
-        if isinstance(e, ir.Unary) and e.op == "not":
-            return f"(!{self.render_bool(e.arg, r, region, where)})"
+        o = ir.operation(e)
+        if o is not None and o.op.operands == BOOL:  # a connective: its operands as C bools
+            return spell(o.op.c, [self.render_bool(a, r, region, where) for a in o.args])
         code, ctype = self.render(e, r, region, where)
         return code if ctype == "bool" else f"({code} != 0)"
 

@@ -40,6 +40,7 @@ from maskc.front.syntax import (
     subexpressions,
 )
 from maskc.ir import ParamType
+from maskc.ir.ops import CALLS, INFIX, PREFIX
 
 INT = ParamType("int")
 BOOL = ParamType("bool")
@@ -50,10 +51,11 @@ MAX_LIST_DEPTH = 2
 TOKENS = {"q": "query", "k": "key"}
 TOKEN_ATTRIBUTES = ("pos", "t", "y", "x")
 GRID_COORDINATES = ("t", "y", "x")
-# name -> (fewest, most) arguments; None: no upper bound
+# name -> (fewest, most) arguments; None: no upper bound. Operators written as calls take theirs from the
+# table (an associative one takes any number); the others are built-ins of their own.
 FUNCTIONS = {
-    "abs": (1, 1), "min": (2, None), "max": (2, None), "clamp": (3, 3), "len": (1, 1), "sum": (1, 1),
-    "ancestor": (3, 3),
+    **{op.syntax: (op.arity, None if op.associative else op.arity) for op in CALLS.values()},
+    "clamp": (3, 3), "len": (1, 1), "sum": (1, 1), "ancestor": (3, 3),
 }  # fmt: skip
 # Value ranges, half-open: runtime integers travel to the kernel as int32; `n` is a non-negative int32.
 RUNTIME_INT_RANGE = (-(2**31), 2**31, "[-2^31, 2^31)")
@@ -75,25 +77,21 @@ def fold_constant(e: Expr) -> int | None:
     """
     if isinstance(e, IntLit):
         value = e.value
-    elif isinstance(e, UnaryOp) and e.op == "-":
-        arg = fold_constant(e.arg)
-        if arg is None:
+    elif isinstance(e, (UnaryOp, BinaryOp)):
+        op = PREFIX[e.op] if isinstance(e, UnaryOp) else INFIX[e.op]
+        if ParamType(op.result) != INT:  # `not`: no integer to fold
             return None
-        value = -arg
-    elif isinstance(e, BinaryOp):
-        lhs, rhs = fold_constant(e.lhs), fold_constant(e.rhs)
-        if lhs is None or rhs is None:
+        operands = [fold_constant(x) for x in ((e.arg,) if isinstance(e, UnaryOp) else (e.lhs, e.rhs))]
+        if None in operands:
             return None
-        if e.op in ("//", "%") and rhs == 0:
-            raise ValueError("it divides by zero")
-        if e.op == "^" and rhs < 0:
+        if e.op == "^" and operands[1] < 0:
             raise ValueError("it has a negative exponent")
-        if e.op == "^" and rhs > 64 and abs(lhs) > 1:  # certainly outside 64 bits; do not compute it
+        if e.op == "^" and operands[1] > 64 and abs(operands[0]) > 1:  # certainly outside 64 bits: not computed
             raise ValueError("it does not fit in 64 bits")
-        value = {
-            "+": lambda: lhs + rhs, "-": lambda: lhs - rhs, "*": lambda: lhs * rhs, "//": lambda: lhs // rhs,
-            "%": lambda: lhs % rhs, "^": lambda: lhs**rhs,
-        }[e.op]()  # fmt: skip
+        try:
+            value = op.evaluate(*operands)  # on Python ints: exact, however large
+        except ZeroDivisionError:
+            raise ValueError("it divides by zero") from None
     else:
         return None
     if not INT64_MIN <= value <= INT64_MAX:
@@ -344,9 +342,9 @@ class _Checker:
         if isinstance(e, Call):
             return self.infer_call(e, scope)
         if isinstance(e, UnaryOp):
-            operand = INT if e.op == "-" else BOOL
-            self.expect(e.arg, operand, scope, f"the operand of '{e.op}'")
-            return operand
+            op = PREFIX[e.op]
+            self.expect(e.arg, ParamType(op.operands), scope, f"the operand of '{e.op}'")
+            return ParamType(op.result)
         if isinstance(e, BinaryOp):
             return self.infer_arithmetic(e, scope)
         if isinstance(e, Comparison):
@@ -497,7 +495,7 @@ class _Checker:
             return INT
         self.expect(e.lhs, INT, scope, f"an operand of '{e.op}'")
         self.expect(e.rhs, INT, scope, f"an operand of '{e.op}'")
-        if e.op in ("//", "%") and scope.rule is not None:
+        if INFIX[e.op].divides and scope.rule is not None:
             dependence = self.token_dependence(e.rhs, scope)
             if dependence:
                 self.report(

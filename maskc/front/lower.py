@@ -36,6 +36,7 @@ from maskc.front.syntax import (
     Subscript,
     UnaryOp,
 )
+from maskc.ir.ops import CALLS, INFIX, PREFIX
 
 # What an index variable stands for where it is used: the member holding the q or the k token (in a
 # predicate), or the member whose length is being computed (in a family's length).
@@ -146,19 +147,20 @@ def _expr(e: Expr, index_vars: IndexVars) -> ir.Expr:
     if isinstance(e, Call):
         return _call(e, index_vars)
     if isinstance(e, UnaryOp):
-        return ir.Unary("neg" if e.op == "-" else "not", _expr(e.arg, index_vars), span=span)
+        return ir.Unary(PREFIX[e.op].name, _expr(e.arg, index_vars), span=span)
     if isinstance(e, BinaryOp):
         if e.op == "^":
             return ir.Pow(_expr(e.lhs, index_vars), fold_constant(e.rhs), span=span)
-        return ir.Binary(e.op, _expr(e.lhs, index_vars), _expr(e.rhs, index_vars), span=span)
+        return ir.Binary(INFIX[e.op].name, _expr(e.lhs, index_vars), _expr(e.rhs, index_vars), span=span)
     if isinstance(e, Comparison):
         operands = [_expr(o, index_vars) for o in e.operands]
         pairs = tuple(
-            ir.Compare(op, operands[i], operands[i + 1], span=e.operands[i].span.merge(e.operands[i + 1].span))
+            ir.Compare(INFIX[op].name, operands[i], operands[i + 1],
+                       span=e.operands[i].span.merge(e.operands[i + 1].span))
             for i, op in enumerate(e.ops)
         )
         return pairs[0] if len(pairs) == 1 else ir.Logic("and", pairs, span=span)
-    return ir.Logic(e.op, tuple(_expr(a, index_vars) for a in e.args), span=span)  # BoolOp
+    return ir.Logic(INFIX[e.op].name, tuple(_expr(a, index_vars) for a in e.args), span=span)  # BoolOp
 
 
 def _call(e: Call, index_vars: IndexVars) -> ir.Expr:
@@ -171,10 +173,11 @@ def _call(e: Call, index_vars: IndexVars) -> ir.Expr:
         parent, node, ancestor = e.args
         return ir.Ancestor(parent.text, _expr(node, index_vars), _expr(ancestor, index_vars), span=span)
     args = [_expr(a, index_vars) for a in e.args]
-    if func == "abs":
-        return ir.Unary("abs", args[0], span=span)
     if func == "clamp":
         x, lo, hi = args
         return ir.Binary("min", ir.Binary("max", x, lo, span=span), hi, span=span)
-    # min / max of several arguments: folded from the left, min(a, b, c) = min(min(a, b), c)
-    return reduce(lambda acc, arg: ir.Binary(func, acc, arg, span=span), args)
+    op = CALLS[func]
+    if op.arity == 1:
+        return ir.Unary(op.name, args[0], span=span)
+    # An associative operator of several arguments, folded from the left: min(a, b, c) = min(min(a, b), c)
+    return reduce(lambda acc, arg: ir.Binary(op.name, acc, arg, span=span), args)

@@ -10,9 +10,10 @@ predicates written in different places.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterator, Union
+from typing import Callable, Iterator, NamedTuple, Union
 
 from maskc.diagnostics import Source, Span
+from maskc.ir.ops import OPERATORS, Operator, spell
 
 _NOSPAN = field(default=Span.unknown(), compare=False, repr=False, kw_only=True)
 
@@ -63,6 +64,9 @@ class FamilyIndex:
     """The member index inside a family's length expression: `i` in `R[i] = responses[i]`."""
 
     span: Span = _NOSPAN
+
+
+# The operator nodes: `op` names an entry of maskc.ir.ops.OPERATORS, which says what it means.
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +207,21 @@ def rewrite(e: Expr, fn: Callable[[Expr], Expr]) -> Expr:
     return fn(e)
 
 
+class Operation(NamedTuple):
+    op: Operator
+    args: tuple[Expr, ...]  # the operand expressions
+    consts: tuple[int, ...]  # constant operands after them: a power's exponent
+
+
+def operation(e: Expr) -> Operation | None:
+    """An operator node as its table entry and operands; None for any other node."""
+    if isinstance(e, (Unary, Binary, Compare, Logic)):
+        return Operation(OPERATORS[e.op], children(e), ())
+    if isinstance(e, Pow):
+        return Operation(OPERATORS["^"], (e.base,), (e.exponent,))
+    return None
+
+
 def conjuncts(e: Expr) -> tuple[Expr, ...]:
     if isinstance(e, Logic) and e.op == "and":
         return tuple(c for a in e.args for c in conjuncts(a))
@@ -248,15 +267,9 @@ def looks_inside(e: Expr, side: str) -> bool:
 # Printing (for `maskc explain` and the comments in generated code)
 # ---------------------------------------------------------------------------------------------------
 
-_PRECEDENCE = {"or": 1, "and": 2, "not": 3, "cmp": 4, "+": 5, "-": 5, "*": 6, "//": 6, "%": 6, "neg": 7, "^": 8}
-
 
 def show(e: Expr, parent: int = 0) -> str:
     """The expression in the language's own syntax, parenthesised only where needed."""
-
-    def wrap(text: str, prec: int) -> str:
-        return f"({text})" if prec < parent else text
-
     if isinstance(e, Const):
         return ("true" if e.value else "false") if isinstance(e.value, bool) else str(e.value)
     if isinstance(e, Param):
@@ -267,26 +280,11 @@ def show(e: Expr, parent: int = 0) -> str:
         return f"{e.side}.member"
     if isinstance(e, FamilyIndex):
         return "i"
-    if isinstance(e, Unary):
-        if e.op == "abs":
-            return f"abs({show(e.arg)})"
-        if e.op == "not":
-            return wrap(f"not {show(e.arg, _PRECEDENCE['not'])}", _PRECEDENCE["not"])
-        return wrap(f"-{show(e.arg, _PRECEDENCE['neg'] + 1)}", _PRECEDENCE["neg"])
-    if isinstance(e, Binary):
-        if e.op in ("min", "max"):
-            return f"{e.op}({show(e.lhs)}, {show(e.rhs)})"
-        p = _PRECEDENCE[e.op]
-        return wrap(f"{show(e.lhs, p)} {e.op} {show(e.rhs, p + 1)}", p)
-    if isinstance(e, Pow):
-        p = _PRECEDENCE["^"]
-        return wrap(f"{show(e.base, p + 1)}^{e.exponent}", p)
-    if isinstance(e, Compare):
-        p = _PRECEDENCE["cmp"]
-        return wrap(f"{show(e.lhs, p + 1)} {e.op} {show(e.rhs, p + 1)}", p)
-    if isinstance(e, Logic):
-        p = _PRECEDENCE[e.op]
-        return wrap(f" {e.op} ".join(show(a, p + 1) for a in e.args), p)
+    if (o := operation(e)) is not None:
+        op = o.op
+        texts = [show(a, op.binds[min(i, len(op.binds) - 1)]) for i, a in enumerate(o.args)]
+        text = spell(op.show, texts + [str(c) for c in o.consts])
+        return f"({text})" if op.prec < parent else text
     if isinstance(e, Index):
         return e.array + "".join(f"[{show(i)}]" for i in e.indices)
     if isinstance(e, ArrayLen):

@@ -1,8 +1,9 @@
 """Exact evaluation of IR expressions with numpy: the definition every faster path is tested against.
 
 Values are numpy int64 / bool arrays (or Python scalars) that broadcast against each other, so one call
-evaluates a predicate over a whole grid of (q, k) pairs. Integer semantics are the language's: `//` and
-`%` round toward negative infinity (numpy's floor_divide and mod already do), reads outside a list give 0.
+evaluates a predicate over a whole grid of (q, k) pairs. Integer semantics are the language's (each
+operator's is its `evaluate` in maskc.ir.ops: `//` and `%` round toward negative infinity); reads outside a
+list give 0.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from maskc import ir
+from maskc.ir.ops import INT
 
 
 @dataclass
@@ -65,10 +67,6 @@ def is_ancestor(parent: np.ndarray, node, anc) -> np.ndarray:
         found |= active & (cur == anc)
 
 
-_COMPARE = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
-            "==": np.equal, "!=": np.not_equal}
-
-
 def evaluate(e: ir.Expr, env: Env):
     """The value of `e` under `env`, elementwise."""
     if isinstance(e, ir.Const):
@@ -81,38 +79,14 @@ def evaluate(e: ir.Expr, env: Env):
         return env.tokens[("member", e.side)]
     if isinstance(e, ir.FamilyIndex):
         return env.family_index
-    if isinstance(e, ir.Unary):
-        v = evaluate(e.arg, env)
-        if e.op == "neg":
-            return -_int(v)
-        if e.op == "abs":
-            return np.abs(_int(v))
-        return np.logical_not(v)
-    if isinstance(e, ir.Binary):
-        a, b = _int(evaluate(e.lhs, env)), _int(evaluate(e.rhs, env))
-        if e.op == "+":
-            return a + b
-        if e.op == "-":
-            return a - b
-        if e.op == "*":
-            return a * b
-        if e.op == "min":
-            return np.minimum(a, b)
-        if e.op == "max":
-            return np.maximum(a, b)
-        if np.any(b == 0):
-            raise ZeroDivisionError(f"division by zero in {ir.show(e)}")
-        return np.floor_divide(a, b) if e.op == "//" else np.mod(a, b)
-    if isinstance(e, ir.Pow):
-        return _int(evaluate(e.base, env)) ** e.exponent
-    if isinstance(e, ir.Compare):
-        return _COMPARE[e.op](evaluate(e.lhs, env), evaluate(e.rhs, env))
-    if isinstance(e, ir.Logic):
-        combine = np.logical_and if e.op == "and" else np.logical_or
-        result = evaluate(e.args[0], env)
-        for arg in e.args[1:]:
-            result = combine(result, evaluate(arg, env))
-        return result
+    if (o := ir.operation(e)) is not None:
+        values = [evaluate(a, env) for a in o.args]
+        if o.op.result == INT:  # arithmetic is int64, as in the kernel, whatever the leaves are
+            values = [_int(v) for v in values]
+        try:
+            return o.op.evaluate(*values, *o.consts)
+        except ZeroDivisionError:
+            raise ZeroDivisionError(f"division by zero in {ir.show(e)}") from None
     if isinstance(e, ir.Index):
         table = env.arrays[e.array]
         value = gather(table, tuple(evaluate(i, env) for i in e.indices))

@@ -83,45 +83,11 @@ def static_range(e: ir.Expr, program: ir.Program, region: ir.Region | None = Non
     if isinstance(e, ir.Index):
         decl = program.param(e.array)
         return Range(0, 1) if decl is not None and decl.type.elem == "bool" else Range(*INT32)
-    if isinstance(e, (ir.Compare, ir.Logic, ir.Ancestor)):
+    if isinstance(e, ir.Ancestor):
         return Range(0, 1)
-    if isinstance(e, ir.Unary):
-        a = r(e.arg)
-        if e.op == "not":
-            return Range(0, 1)
-        if e.op == "neg":
-            return _checked(e, -a.hi, -a.lo)
-        lo = 0 if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi))
-        return _checked(e, lo, max(abs(a.lo), abs(a.hi)))
-    if isinstance(e, ir.Pow):
-        a = r(e.base)
-        ends = [a.lo**e.exponent, a.hi**e.exponent]
-        lo = 0 if e.exponent % 2 == 0 and a.lo <= 0 <= a.hi else min(ends)
-        return _checked(e, lo, max(ends))
-    if isinstance(e, ir.Binary):
-        a, b = r(e.lhs), r(e.rhs)
-        if e.op == "+":
-            return _checked(e, a.lo + b.lo, a.hi + b.hi)
-        if e.op == "-":
-            return _checked(e, a.lo - b.hi, a.hi - b.lo)
-        if e.op == "*":
-            corners = [a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi]
-            return _checked(e, min(corners), max(corners))
-        if e.op == "min":
-            return Range(min(a.lo, b.lo), min(a.hi, b.hi))
-        if e.op == "max":
-            return Range(max(a.lo, b.lo), max(a.hi, b.hi))
-        if e.op == "//":
-            # |x // d| <= |x| for every non-zero d; the sign depends on both.
-            m = max(abs(a.lo), abs(a.hi))
-            if b.lo > 0 and a.lo >= 0:
-                return Range(a.lo // b.hi, a.hi // b.lo)
-            return Range(-m, m)
-        if e.op == "%":
-            m = max(abs(b.lo), abs(b.hi))
-            lo = 0 if b.lo > 0 else -(m - 1)
-            hi = m - 1 if b.hi > 0 else 0
-            return Range(lo, hi)
+    if (o := ir.operation(e)) is not None:
+        lo, hi = o.op.interval(*(r(a) for a in o.args), *o.consts)
+        return _checked(e, lo, hi) if o.op.grows else Range(lo, hi)
     raise TypeError(f"no range for {e!r}")
 
 

@@ -7,6 +7,7 @@ from dataclasses import replace
 from maskc import ir
 from maskc.diagnostics import MaskError
 from maskc.ir.evaluate import Env, evaluate
+from maskc.ir.ops import OPERATORS
 from maskc.ir.ranges import static_range
 
 
@@ -62,34 +63,31 @@ def simplify(e: ir.Expr) -> ir.Expr:
             return ir.Const(value, span=node.span)
         if isinstance(node, ir.Logic):
             return _simplify_logic(node)
-        if isinstance(node, ir.Unary) and node.op == "not":
-            inner = node.arg
-            if isinstance(inner, ir.Unary) and inner.op == "not":
+        if isinstance(node, ir.Unary):
+            op, inner = OPERATORS[node.op], node.arg
+            if op.self_inverse and isinstance(inner, ir.Unary) and inner.op == node.op:
                 return inner.arg
-            if isinstance(inner, ir.Compare):
-                flipped = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}[inner.op]
-                return replace(inner, op=flipped)
-        if isinstance(node, ir.Unary) and node.op == "neg" and isinstance(node.arg, ir.Unary) and node.arg.op == "neg":
-            return node.arg.arg
+            if node.op == "not" and isinstance(inner, ir.Compare):
+                return replace(inner, op=OPERATORS[inner.op].negation)
         if isinstance(node, ir.Binary):
+            op = OPERATORS[node.op]
             a, b = _const_value(node.lhs), _const_value(node.rhs)
             if node.op == "-" and a == 0 and not isinstance(node.lhs.value, bool):
                 return ir.Unary("neg", node.rhs, span=node.span)
-            if node.op == "+" and b == 0 or node.op == "-" and b == 0 or node.op == "*" and b == 1:
+            if op.identity is not None and b == op.identity:
                 return node.lhs
-            if node.op == "+" and a == 0 or node.op == "*" and a == 1:
+            if op.identity is not None and op.commutative and a == op.identity:
                 return node.rhs
-            if node.op == "//" and b == 1:
-                return node.lhs
         if isinstance(node, ir.Compare) and node.lhs == node.rhs:  # expressions are pure
-            return ir.Const(node.op in ("<=", ">=", "=="), span=node.span)
+            # A comparison depends only on lhs - rhs, so `x op x` is what `0 op 0` is.
+            return ir.Const(bool(OPERATORS[node.op].evaluate(0, 0)), span=node.span)
         return node
 
     return ir.rewrite(e, step)
 
 
 def _simplify_logic(node: ir.Logic) -> ir.Expr:
-    absorbing = node.op == "or"  # `true` absorbs an `or`, `false` absorbs an `and`
+    absorbing = not OPERATORS[node.op].identity  # `true` absorbs an `or`, `false` absorbs an `and`
     args: list[ir.Expr] = []
     for a in node.args:
         flat = a.args if isinstance(a, ir.Logic) and a.op == node.op else (a,)

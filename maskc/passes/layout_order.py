@@ -10,17 +10,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from maskc import ir
+from maskc.ir.ops import OPERATORS
 
 from .fold import simplify
 
 _Q = ir.Token("q", "index")
 _K = ir.Token("k", "index")
-
-# For k < q: the value of `lhs op rhs` when lhs/rhs are exactly the tokens named.
-_K_BEFORE_Q = {
-    ("k", "q"): {"<": True, "<=": True, ">": False, ">=": False, "==": False, "!=": True},
-    ("q", "k"): {"<": False, "<=": False, ">": True, ">=": True, "==": False, "!=": True},
-}
 
 
 def _order(program: ir.Program, region: ir.Region) -> str | None:
@@ -44,12 +39,13 @@ def decide_by_layout_order(program: ir.Program) -> ir.Program:
         def decide(node: ir.Expr, order=order) -> ir.Expr:
             if not isinstance(node, ir.Compare):
                 return node
-            names = {(_K, _Q): ("k", "q"), (_Q, _K): ("q", "k")}.get((node.lhs, node.rhs))
-            if names is None:
+            if {node.lhs, node.rhs} != {_K, _Q}:
                 return node
-            table = _K_BEFORE_Q[names]
-            value = table[node.op] if order == "k<q" else _K_BEFORE_Q[names[::-1]][node.op]
-            return ir.Const(value, span=node.span)
+            # A comparison of the two tokens depends only on which comes first: any two values in that
+            # order decide it.
+            lhs_first = (node.lhs == _K) == (order == "k<q")
+            value = OPERATORS[node.op].evaluate(*((0, 1) if lhs_first else (1, 0)))
+            return ir.Const(bool(value), span=node.span)
 
         regions.append(replace(region, pred=simplify(ir.rewrite(region.pred, decide))))
     return replace(program, regions=tuple(regions))

@@ -19,6 +19,7 @@ from dataclasses import replace
 
 from maskc import ir
 from maskc.diagnostics import MaskError
+from maskc.ir.ops import OPERATORS
 from maskc.ir.ranges import static_range
 
 from .fold import simplify
@@ -53,7 +54,7 @@ def _bounds(c: ir.Compare) -> tuple[list[ir.Expr], list[ir.Expr]] | None:
     one = ir.Const(1)
     # a*k + r  op  0, i.e. k op' -r (a = 1) or k op'' r with op reversed (a = -1).
     edge = ir.Unary("neg", r) if a == 1 else r
-    op = c.op if a == 1 else {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}[c.op]
+    op = c.op if a == 1 else OPERATORS[c.op].converse
     if op == "<":
         return [], [edge]
     if op == "<=":

@@ -12,6 +12,9 @@ the hull is attained), and `roots`: for each independent source of variation, ho
 depend on it. A token is one root; on a grid box (a product of coordinate ranges) each coordinate of the
 token is its own root, since it varies independently of the others.
 Boolean values carry `can_true`, `can_false`, `exact`, and the roots they depend on.
+
+Each operator's own rule is its `box` in maskc.ir.ops; this module evaluates leaves, list reads and
+ancestor(), and combines roots and exactness across operators.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from maskc import ir
+from maskc.ir.ops import BOOL, INT, Operator
 from maskc.plan.arrays import distinct
 
 Roots = dict  # root name -> count (or flag) per box
@@ -108,7 +112,8 @@ class IntervalEvaluator:
     # -- integers ---------------------------------------------------------------------------------
 
     def int(self, e: ir.Expr) -> IntRange:
-        if isinstance(e, (ir.Compare, ir.Logic, ir.Ancestor)) or (isinstance(e, ir.Unary) and e.op == "not"):
+        o = ir.operation(e)
+        if isinstance(e, ir.Ancestor) or (o is not None and o.op.result == BOOL):
             b = self.bool(e)  # a bool compared with a bool: false is 0, true is 1
             return IntRange(np.where(b.can_false, 0, 1), np.where(b.can_true, 1, 0), b.exact, True,
                             {name: np.asarray(d).astype(np.int64) for name, d in b.deps.items()})
@@ -122,66 +127,18 @@ class IntervalEvaluator:
             return self.leaves[("member", e.side)]
         if isinstance(e, (ir.ArrayLen, ir.ArraySum)):
             return self.leaves[ir.show(e)]
-        if isinstance(e, ir.Unary):
-            a = self.int(e.arg)
-            if e.op == "neg":
-                return IntRange(-a.hi, -a.lo, a.exact, a.contig, a.roots)
-            return self._even(a, np.abs(a.lo), np.abs(a.hi))  # abs
-        if isinstance(e, ir.Pow):
-            a = self.int(e.base)
-            if e.exponent == 0:
-                return IntRange.point(1, self.size)
-            if e.exponent == 1:
-                return a
-            plo, phi = a.lo ** e.exponent, a.hi ** e.exponent
-            if e.exponent % 2:
-                return IntRange(plo, phi, a.exact, False, a.roots)
-            r = self._even(a, plo, phi)
-            r.contig = (a.lo == a.hi)
-            return r
-        if isinstance(e, ir.Binary):
-            return self._binary(e.op, self.int(e.lhs), self.int(e.rhs))
+        if isinstance(e, ir.Pow) and e.exponent == 0:
+            return IntRange.point(1, self.size)  # x^0 varies with nothing: it carries no roots
+        if o is not None:
+            args = [self.int(a) for a in o.args]
+            lo, hi, exact, contig = o.op.box(*args, *o.consts)
+            roots: Roots = {}
+            for a in args:
+                roots = _add_roots(roots, a.roots)
+            return IntRange(lo, hi, exact if self.track else True, contig, roots)
         if isinstance(e, ir.Index):
             return self._index(e)
         raise TypeError(f"not an integer expression: {ir.show(e)}")
-
-    def _even(self, a: IntRange, flo, fhi) -> IntRange:
-        """An even function (abs, x^2k) of a: the hull crosses its minimum at 0 when a spans 0."""
-        spans0 = (a.lo < 0) & (a.hi > 0)
-        lo = np.where(spans0, 0, np.minimum(flo, fhi))
-        hi = np.maximum(flo, fhi)
-        # 0 is attained only if a is contiguous (or never crosses 0).
-        exact = a.exact & (~spans0 | a.contig) if self.track else True
-        return IntRange(lo, hi, exact, a.contig, a.roots)
-
-    def _binary(self, op: str, a: IntRange, b: IntRange) -> IntRange:
-        roots = _add_roots(a.roots, b.roots)
-        exact = a.exact & b.exact if self.track else True
-        if op == "+":
-            return IntRange(a.lo + b.lo, a.hi + b.hi, exact, a.contig & b.contig, roots)
-        if op == "-":
-            return IntRange(a.lo - b.hi, a.hi - b.lo, exact, a.contig & b.contig, roots)
-        if op == "min":
-            return IntRange(np.minimum(a.lo, b.lo), np.minimum(a.hi, b.hi), exact, a.contig & b.contig, roots)
-        if op == "max":
-            return IntRange(np.maximum(a.lo, b.lo), np.maximum(a.hi, b.hi), exact, a.contig & b.contig, roots)
-        if op == "*":
-            corners = np.stack([a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi])
-            unit = ((b.lo == b.hi) & (np.abs(b.lo) <= 1)) | ((a.lo == a.hi) & (np.abs(a.lo) <= 1))
-            return IntRange(corners.min(0), corners.max(0), exact, unit & a.contig & b.contig, roots)
-        # Divisors never depend on the tokens (the checker guarantees it), so b is a point here.
-        d = b.lo
-        safe = np.where(d == 0, 1, d)
-        if op == "//":
-            x, y = np.floor_divide(a.lo, safe), np.floor_divide(a.hi, safe)
-            return IntRange(np.minimum(x, y), np.maximum(x, y), exact, a.contig, roots)
-        # "%": monotone inside one period, the whole residue range once the hull wraps.
-        same = np.floor_divide(a.lo, safe) == np.floor_divide(a.hi, safe)
-        full_lo = np.where(safe > 0, 0, safe + 1)
-        full_hi = np.where(safe > 0, safe - 1, 0)
-        lo = np.where(same, np.mod(a.lo, safe), full_lo)
-        hi = np.where(same, np.mod(a.hi, safe), full_hi)
-        return IntRange(lo, hi, exact & (same | a.contig), a.contig & same, roots)
 
     def _index(self, e: ir.Index) -> IntRange:
         table = self.arrays[e.array]
@@ -242,13 +199,15 @@ class IntervalEvaluator:
         if isinstance(e, ir.Param):
             r = self.leaves[e.name]
             return BoolRange(r.hi > 0, r.lo == 0)
-        if isinstance(e, ir.Unary):  # not
-            a = self.bool(e.arg)
-            return BoolRange(a.can_false, a.can_true, a.exact, a.deps)
-        if isinstance(e, ir.Compare):
-            return self._compare(e)
-        if isinstance(e, ir.Logic):
-            return self._logic(e)
+        o = ir.operation(e)
+        if o is not None and o.op.operands == INT:
+            return self._compare(o.op, *o.args)
+        if o is not None:  # a connective
+            parts = [self.bool(a) for a in o.args]
+            can_t, can_f = o.op.box(*parts)
+            if len(parts) == 1:  # `not`: exactly as exact as its operand
+                return BoolRange(can_t, can_f, parts[0].exact, parts[0].deps)
+            return self._connective(can_t, can_f, parts)
         if isinstance(e, ir.Index):
             r = self._index(e)
             return BoolRange(r.hi > 0, r.lo == 0, r.exact, {n: np.asarray(v) > 0 for n, v in r.roots.items()})
@@ -256,45 +215,20 @@ class IntervalEvaluator:
             return self._ancestor(e)
         raise TypeError(f"not a boolean expression: {ir.show(e)}")
 
-    def _compare(self, e: ir.Compare) -> BoolRange:
-        a, b = self.int(e.lhs), self.int(e.rhs)
-        # The sign of d = lhs - rhs decides every comparison: d.lo = a.lo - b.hi and d.hi = a.hi - b.lo. Their
-        # signs are read by comparing the ends, never by subtracting: both sides fit int64 (maskc.ranges
-        # checks them), their difference need not.
-        d_lo_neg, d_lo_pos = a.lo < b.hi, a.lo > b.hi  # d.lo < 0, d.lo > 0
-        d_hi_neg, d_hi_pos = a.hi < b.lo, a.hi > b.lo
-        op = e.op
-        if op == "<":
-            can_t, can_f = d_lo_neg, ~d_hi_neg
-        elif op == "<=":
-            can_t, can_f = ~d_lo_pos, d_hi_pos
-        elif op == ">":
-            can_t, can_f = d_hi_pos, ~d_lo_pos
-        elif op == ">=":
-            can_t, can_f = ~d_hi_neg, d_lo_neg
-        else:
-            zero_in = ~d_lo_pos & ~d_hi_neg  # d.lo <= 0 <= d.hi
-            only_zero = (a.lo == b.hi) & (a.hi == b.lo)  # d.lo == d.hi == 0
-            can_t, can_f = (zero_in, ~only_zero) if op == "==" else (~only_zero, zero_in)
+    def _compare(self, op: Operator, lhs: ir.Expr, rhs: ir.Expr) -> BoolRange:
+        a, b = self.int(lhs), self.int(rhs)
+        can_t, can_f, exact = op.box(a, b)
         if not self.track:
             return BoolRange(can_t, can_f)
-        # d's bookkeeping, as _binary("-") gives it.
+        # Exact only if no root reaches the comparison through two varying leaves (they might not vary
+        # together the way the hull assumes).
         roots = _add_roots(a.roots, b.roots)
-        exact = np.asarray(a.exact & b.exact)
+        exact = np.asarray(exact)
         for count in roots.values():
             exact = exact & (np.asarray(count) <= 1)
-        if op in ("==", "!="):
-            exact = exact & a.contig & b.contig
         return BoolRange(can_t, can_f, exact, {n: np.asarray(v) > 0 for n, v in roots.items()})
 
-    def _logic(self, e: ir.Logic) -> BoolRange:
-        parts = [self.bool(a) for a in e.args]
-        if e.op == "and":
-            can_t = np.logical_and.reduce([p.can_true for p in parts])
-            can_f = np.logical_or.reduce([p.can_false for p in parts])
-        else:
-            can_t = np.logical_or.reduce([p.can_true for p in parts])
-            can_f = np.logical_and.reduce([p.can_false for p in parts])
+    def _connective(self, can_t, can_f, parts: list[BoolRange]) -> BoolRange:
         if not self.track:
             return BoolRange(can_t, can_f)
         # UNKNOWN parts decide the result; it is exact when each is exact and no two depend on the same

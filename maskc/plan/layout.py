@@ -320,9 +320,10 @@ def _runtime_checks(program: ir.Program) -> _RuntimeChecks:
     divisors, trees = [], []
     for region in program.regions:
         for node in ir.walk(region.pred):
-            if isinstance(node, ir.Binary) and node.op in ("//", "%") and \
-                    not any(isinstance(x, (ir.Token, ir.Member)) for x in ir.walk(node.rhs)):
-                divisors.append(node.rhs)
+            o = ir.operation(node)
+            if o is not None and o.op.divides and \
+                    not any(isinstance(x, (ir.Token, ir.Member)) for x in ir.walk(o.args[1])):
+                divisors.append(o.args[1])
             if isinstance(node, ir.Ancestor):
                 trees.append(node.array)
     checks = _RuntimeChecks(tuple(divisors), tuple(dict.fromkeys(trees)))
