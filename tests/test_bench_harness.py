@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from maskc.kernels import KernelOptions
 from maskc.compiler import compile_file
+from maskc.kernels import KernelOptions
 from maskc.tools.reference import dense_mask
 
 ROOT = Path(__file__).resolve().parents[1]

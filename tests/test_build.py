@@ -107,3 +107,21 @@ def test_list_reads_in_arithmetic_compile(cache):
                      "    S -> S   where 0 <= L[q] % (-5) < w or min(L[k], 3) == max(L[q], -1)\n",
                      KernelOptions(arch="sm_80"))
     assert c.cubin.read_bytes()[:4] == ELF
+
+
+def test_a_new_process_reuses_the_parser_tables_and_compiled_templates(tmp_path):
+    """The LALR tables and the compiled templates are kept in the cache directory, so that a new process
+    does not rebuild them (most of its first compile); an unwritable directory only turns that off."""
+    import subprocess
+    import sys
+
+    script = ("import sys; from maskc.compiler import compile_file; from maskc.kernels import KernelOptions;"
+              f"compile_file({str(EXAMPLES / 'causal.mask')!r}, KernelOptions(arch='sm_90a'))")
+    env = dict(os.environ, MASKC_CACHE_DIR=str(tmp_path / "cache"))
+    for _ in range(2):
+        subprocess.run([sys.executable, "-c", script], env=env, check=True)
+    assert (tmp_path / "cache" / "front" / "grammar.lark-cache").stat().st_size > 1000
+    assert any((tmp_path / "cache" / "templates").iterdir())
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    subprocess.run([sys.executable, "-c", script], env=dict(os.environ, MASKC_CACHE_DIR=str(blocked)), check=True)

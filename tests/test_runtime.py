@@ -121,3 +121,29 @@ def test_torch_tensors_on_the_cpu_are_refused(attn):
     assert _host_ints(torch.tensor([0, 4, 9], dtype=torch.int32), "cu_seqlens").tolist() == [0, 4, 9]
     with pytest.raises(ValueError):
         _host_ints(torch.zeros(3), "cu_seqlens")
+
+
+def test_a_prepared_launch_holds_every_argument_as_the_kernel_reads_it():
+    """The packed arguments of a repeated launch (maskc.runtime.launch): each kernel argument as a ctypes
+    value of its C type, in signature order, with the array of their addresses cuLaunchKernel takes."""
+    import ctypes
+
+    from maskc.kernels import SM90A, abi
+    from maskc.runtime.launch import PreparedLaunch
+
+    args = SM90A.forward_args
+    values = {a.name: i + 1 for i, a in enumerate(args)}
+    values.update(tm_q=bytes(range(128)), tm_k=bytes(128), tm_v=bytes([7] * 128), scale_log2=0.25)
+    packed = abi.pack(args, values)
+    launch = PreparedLaunch(1234, None, 132, 384, 1000, args, packed, ("o", "lse"), keep=None)
+    addresses = list(launch._addresses)
+    assert len(addresses) == len(args)
+    for arg, address, value in zip(args, addresses, launch._values):
+        assert address == ctypes.addressof(value)
+        if arg.kind == "tensor_map":
+            assert ctypes.string_at(address, 128) == bytes(values[arg.name])
+        elif arg.kind == "f32":
+            assert ctypes.c_float.from_address(address).value == 0.25
+        else:
+            assert value.value == values[arg.name] and ctypes.sizeof(value) == (4 if arg.kind == "i32" else 8)
+    assert launch._out.value == values["o"] and launch._lse.value == values["lse"]

@@ -30,7 +30,20 @@ def _environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
+        bytecode_cache=_bytecode_cache(),  # compiled templates: most of a new process's first render
     )
+
+
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    """Jinja's compiled templates in maskc's cache directory (keyed by the templates' text), if it can be made."""
+    from maskc.build import cache_dir
+
+    try:
+        root = cache_dir() / "templates"
+        root.mkdir(parents=True, exist_ok=True)
+        return jinja2.FileSystemBytecodeCache(str(root))
+    except OSError:
+        return None
 
 
 def _grids(program: ir.Program, code: MaskCode) -> dict[str, list[dict]]:

@@ -275,7 +275,22 @@ def _parser() -> lark.Lark:
         postlex=_LineBreaks(),
         propagate_positions=True,
         maybe_placeholders=False,
+        # The LALR tables, kept in maskc's cache: building them is most of a new process's first parse.
+        # Lark checks the grammar's hash inside the file and rebuilds (and rewrites) on any mismatch.
+        cache=_cache_file("grammar.lark-cache"),
     )
+
+
+def _cache_file(name: str) -> str | bool:
+    """A file in maskc's cache directory, or False (no caching) when the directory cannot be made."""
+    from maskc.build import cache_dir
+
+    try:
+        root = cache_dir() / "front"
+        root.mkdir(parents=True, exist_ok=True)
+        return str(root / name)
+    except OSError:
+        return False
 
 
 class _LineBreaks:

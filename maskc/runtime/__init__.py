@@ -17,6 +17,7 @@ import numpy as np
 
 from maskc.compiler import CompiledMask
 from maskc.kernels import abi
+from maskc.runtime.launch import PreparedLaunch, current_stream_handle
 from maskc.runtime.tensor_maps import tensor_map
 
 _ELEMENT_BYTES = 2
@@ -244,39 +245,25 @@ class Attention:
         shared = compiled.shared_memory_bytes
         _, kernel = _module(str(compiled.cubin), compiled.name, shared, tq.device)
         grid = family.grid(work_items, hq, _multiprocessors(tq.device))
-        names = [a.name for a in family.forward_args]
-        return _Launch(kernel, cupy.cuda.Device(tq.device), (grid,), (family.threads,), shared, list(args),
-                       names.index("o"), names.index("lse"), tuple(tq.shape), lse_shape, caller_out, caller_lse,
-                       device_tables)
+        function = getattr(kernel, "kernel", kernel)  # CuPy's RawKernel wraps the driver function
+        prepared = PreparedLaunch(function.ptr, cupy.cuda.Device(tq.device), grid, family.threads, shared,
+                                  family.forward_args, args, ("o", "lse"), device_tables)
+        return _Launch(prepared, tuple(tq.shape), lse_shape, caller_out, caller_lse)
 
 
 @dataclass
 class _Launch:
-    """A kernel launch prepared for one call signature; only the output pointers change between calls
-    (when the caller gives no buffers, each call gets new ones)."""
+    """A launch prepared for one call signature, and the shapes of the outputs a call without buffers gets."""
 
-    kernel: object
-    device: object
-    grid: tuple
-    block: tuple
-    shared: int
-    args: list
-    o_index: int
-    lse_index: int
+    prepared: PreparedLaunch
     out_shape: tuple
     lse_shape: tuple
     caller_out: bool
     caller_lse: bool
-    keep: object  # the uploaded tables, alive as long as this launch
 
     def launch(self, q, out, lse) -> None:
-        args = self.args
-        if not (self.caller_out and self.caller_lse):
-            args = list(args)
-            args[self.o_index] = np.uint64(_pointer(out))
-            args[self.lse_index] = np.uint64(_pointer(lse))
-        with self.device:
-            self.kernel(self.grid, self.block, tuple(args), shared_mem=self.shared, stream=_stream_of(q))
+        self.prepared.launch(current_stream_handle(q), None if self.caller_out else _pointer(out),
+                             None if self.caller_lse else _pointer(lse))
 
     def run(self, q, out, lse, return_lse: bool):
         """A repeated call: new outputs unless the caller gave them, then the launch."""

@@ -1,0 +1,80 @@
+"""A kernel launch prepared once and repeated cheaply.
+
+The first call of a signature (tensors, runtime values, options) checks everything, plans and packs the
+arguments; this module keeps the packed arguments as ctypes values with the array of their addresses that
+`cuLaunchKernel` takes, so a repeated call rewrites at most the two output pointers and launches through
+the driver directly: no argument conversion, no planning, no host synchronisation (a repeated call can be
+captured in a CUDA graph).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from functools import lru_cache
+
+import numpy as np
+
+from maskc.kernels import abi
+
+_CTYPES = {"ptr": ctypes.c_uint64, "i64": ctypes.c_int64, "i32": ctypes.c_int32, "f32": ctypes.c_float}
+
+
+def _ctype_value(arg: abi.Arg, value) -> ctypes._SimpleCData | ctypes.Array:
+    if arg.kind == "tensor_map":
+        words = np.asarray(value["words"], dtype=np.uint64)
+        return (ctypes.c_uint64 * len(words))(*(int(w) for w in words))
+    return _CTYPES[arg.kind](value.item() if isinstance(value, np.generic) else value)
+
+
+class PreparedLaunch:
+    """One kernel, its launch shape and its packed arguments; `launch` runs it on a stream."""
+
+    def __init__(self, function_handle: int, device, grid: int, threads: int, shared: int,
+                 args: tuple[abi.Arg, ...], values: tuple, outputs: tuple[str, str], keep: object):
+        from cuda.bindings import driver
+
+        self._driver = driver
+        self._function = driver.CUfunction(function_handle)
+        self.device = device
+        self.grid, self.threads, self.shared = grid, threads, shared
+        self._values = [_ctype_value(a, v) for a, v in zip(args, values)]
+        self._addresses = (ctypes.c_void_p * len(self._values))(*(ctypes.addressof(v) for v in self._values))
+        names = [a.name for a in args]
+        self._out = self._values[names.index(outputs[0])]
+        self._lse = self._values[names.index(outputs[1])]
+        self._lock = threading.Lock()  # the output slots are shared by every call of this launch
+        self._keep = keep  # device tables the arguments point to: alive as long as this launch
+
+    def launch(self, stream_handle: int, out_ptr: int | None = None, lse_ptr: int | None = None) -> None:
+        with self._lock:
+            if out_ptr is not None:
+                self._out.value = out_ptr
+            if lse_ptr is not None:
+                self._lse.value = lse_ptr
+            with self.device:
+                (err,) = self._driver.cuLaunchKernel(self._function, self.grid, 1, 1, self.threads, 1, 1, self.shared,
+                                                     _stream(stream_handle), ctypes.addressof(self._addresses), 0)
+        if err != self._driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"maskc: the kernel launch failed ({err.name})")
+
+
+@lru_cache(maxsize=256)
+def _stream(handle: int):
+    from cuda.bindings import driver
+
+    return driver.CUstream(handle)
+
+
+def current_stream_handle(x) -> int:
+    """The caller's current stream for tensor `x`: torch's current stream for torch tensors (read through
+    the fast accessor Triton uses, when present), CuPy's for CuPy arrays."""
+    if type(x).__module__.startswith("torch"):
+        import torch
+
+        index = x.device.index or 0
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        return raw(index) if raw is not None else torch.cuda.current_stream(x.device).cuda_stream
+    import cupy
+
+    return cupy.cuda.get_current_stream(x.device.id).ptr
