@@ -47,7 +47,8 @@ def main():
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--dtype", default="bf16")
-    ap.add_argument("--archs", nargs="+", default=["sm_90", "sm_90a"])
+    ap.add_argument("--archs", nargs="+", default=["sm_90", "sm_90a"],
+                    help="kernel variants: an arch, optionally with :kN (N-key tiles) and :sN (N K/V stages)")
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
     args = ap.parse_args()
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
@@ -58,8 +59,10 @@ def main():
         rows = np.sort(np.random.default_rng(0).choice(args.n, 128, replace=False))
         visible_pairs = None
         for arch in args.archs:
-            arch_name, _, key_tile = arch.partition("/")  # "sm_90a/64": the Hopper family with 64-key tiles
-            options = {"arch": arch_name, **({"key_tile": int(key_tile)} if key_tile else {})}
+            # "sm_90a:k64:s3": the Hopper family with 64-key tiles and a three-stage K/V pipeline
+            arch_name, *extras = arch.split(":")
+            names = {"k": "key_tile", "s": "kv_stages"}
+            options = {"arch": arch_name, **{names[e[0]]: int(e[1:]) for e in extras}}
             if args.head_dim not in maskc.kernels.KernelOptions(arch=arch_name).family.head_dims:
                 continue
             try:

@@ -151,3 +151,15 @@ def test_list_reads_in_arithmetic_compile_and_evaluate(host_dir):
     values, _ = c.bind(sequences)
     for b, (lay, val) in enumerate(zip(layouts, values)):
         assert np.array_equal(host_mask.evaluate_all(lib, tables, b, lay.n), dense_mask(c.program, lay, val))
+
+
+def test_hopper_pipeline_depth_is_an_option_checked_against_shared_memory():
+    options = KernelOptions(arch="sm_90a", kv_stages=3)
+    assert options.family.q_stages(options) == 1  # three K/V stages leave room for one Q tile at hd 128
+    assert options.family.shared_memory_bytes(options) <= 227 * 1024
+    assert "maskc_causal_fwd_sm90a_hd128_bf16_s3" in compiled("causal", options).source
+    for bad in ({"kv_stages": 4}, {"kv_stages": 3, "head_dim": 256}):
+        with pytest.raises(ValueError):
+            KernelOptions(arch="sm_90a", **bad)
+    with pytest.raises(ValueError, match="kv_stages must be one of"):
+        KernelOptions(arch="sm_90", kv_stages=3)

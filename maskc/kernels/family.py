@@ -35,7 +35,7 @@ class KernelFamily:
     persistent: bool  # one CTA per SM walking (work item, head) pairs, else one CTA per pair
     # Shared-memory tiles: how many Q tiles, K tiles and V tiles of (rows x head dim) elements it keeps.
     q_buffers: int
-    k_buffers: int
+    k_buffers: int  # the default; a pipelined family may offer more stages (kv_stage_choices)
     v_buffers: int
     extra_shared_bytes: int  # barriers and the like, beyond the tiles
     forward_args: tuple[abi.Arg, ...]
@@ -45,6 +45,7 @@ class KernelFamily:
     # 128 x producer + 256 x consumer must stay within the 64K registers of a multiprocessor.
     producer_registers: int = 0
     consumer_registers: int = 0
+    kv_stage_choices: tuple[int, ...] = ()  # K/V pipeline depths the template supports (option kv_stages)
 
     def template(self, direction: str = "fwd") -> str:
         return f"{self.name}/attention_{direction}.cu.j2"
@@ -52,15 +53,17 @@ class KernelFamily:
     def q_stages(self, options: KernelOptions) -> int:
         """Q tiles in shared memory: `q_buffers`, or fewer where they would not fit (head dim 256)."""
         block_q, block_k = options.tile
+        kv = options.kv_stages_or(self.k_buffers) + options.kv_stages_or(self.v_buffers)
         for stages in range(self.q_buffers, 1, -1):
-            elements = (stages * block_q + (self.k_buffers + self.v_buffers) * block_k) * options.head_dim
+            elements = (stages * block_q + kv * block_k) * options.head_dim
             if elements * ELEMENT_BYTES + self.extra_shared_bytes <= MAX_SHARED_BYTES:
                 return stages
         return 1
 
     def shared_memory_bytes(self, options: KernelOptions) -> int:
         block_q, block_k = options.tile
-        elements = (self.q_stages(options) * block_q + (self.k_buffers + self.v_buffers) * block_k) * options.head_dim
+        kv = options.kv_stages_or(self.k_buffers) + options.kv_stages_or(self.v_buffers)
+        elements = (self.q_stages(options) * block_q + kv * block_k) * options.head_dim
         return elements * ELEMENT_BYTES + self.extra_shared_bytes
 
     def grid(self, work_items: int, num_heads: int, sm_count: int) -> int:
@@ -98,6 +101,7 @@ SM90A = KernelFamily(
     extra_shared_bytes=2048,  # 1024-byte alignment of the tiles, then the mbarriers
     forward_args=abi.SM90A_FORWARD_ARGS,
     min_run=8,
+    kv_stage_choices=(2, 3),
     producer_registers=24,
     consumer_registers=240,
 )
@@ -123,6 +127,7 @@ class KernelOptions:
     dtype: str = "bf16"
     arch: str = "sm_90"
     key_tile: int | None = None  # keys per tile; None: the family's default for this head dim
+    kv_stages: int | None = None  # depth of the K/V pipeline; None: the family's default
     family: KernelFamily = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -137,7 +142,18 @@ class KernelOptions:
         if self.key_tile is not None and self.key_tile not in allowed:
             raise ValueError(f"key_tile must be one of {allowed} for head dim {self.head_dim} on {self.arch} "
                              f"(the {family.name} kernels), got {self.key_tile}")
+        if self.kv_stages is not None:
+            if self.kv_stages not in family.kv_stage_choices:
+                raise ValueError(f"kv_stages must be one of {list(family.kv_stage_choices)} on {self.arch} "
+                                 f"(the {family.name} kernels), got {self.kv_stages}")
+            object.__setattr__(self, "family", family)
+            if family.shared_memory_bytes(self) > MAX_SHARED_BYTES:
+                raise ValueError(f"{self.kv_stages} K/V stages of {self.tile[1]} keys at head dim {self.head_dim} do "
+                                 f"not fit in {MAX_SHARED_BYTES // 1024} KB of shared memory")
         object.__setattr__(self, "family", family)
+
+    def kv_stages_or(self, default: int) -> int:
+        return self.kv_stages or default
 
     @property
     def tile(self) -> tuple[int, int]:
@@ -169,7 +185,9 @@ def kernel_name(mask_name: str, options: KernelOptions, direction: str = "fwd") 
     """A readable, unique name: mask, direction, family, head dim, dtype, and the key tile when it is not
     the family's default."""
     tile = "" if options.tile == options.family.tiles[options.head_dim] else f"_bk{options.tile[1]}"
-    return f"maskc_{_identifier(mask_name)}_{direction}_{options.family.name}_hd{options.head_dim}_{options.dtype}{tile}"
+    stages = "" if options.kv_stages is None else f"_s{options.kv_stages}"
+    return (f"maskc_{_identifier(mask_name)}_{direction}_{options.family.name}_hd{options.head_dim}_{options.dtype}"
+            f"{tile}{stages}")
 
 
 def planner_name(mask_name: str, options: KernelOptions) -> str:

@@ -480,7 +480,7 @@ def _load(program, options: dict) -> Attention:
 def split_options(options: dict, program=None) -> tuple:
     from maskc.kernels import KernelOptions
 
-    names = {"head_dim", "dtype", "arch", "key_tile"}
+    names = {"head_dim", "dtype", "arch", "key_tile", "kv_stages"}
     kernel = {k: v for k, v in options.items() if k in names}
     if "arch" not in kernel:
         kernel["arch"] = default_arch(program, kernel.get("head_dim", 128))

@@ -187,3 +187,10 @@ def test_repeated_calls_reuse_the_prepared_launch_and_stay_right(arch):
         expected = fresh(q, k, v, cu_seqlens=bounds, docs=docs)
         torch.testing.assert_close(out, expected, rtol=0, atol=0)
         torch.testing.assert_close(out2, expected, rtol=0, atol=0)
+
+
+@pytest.mark.skipif("sm_90a" not in FAMILIES, reason="a Hopper-family option")
+@pytest.mark.parametrize("name", ["causal", "document", "clear_text", "rm_shared"])
+def test_example_hopper_three_kv_stages(name):
+    run_case(name, heads=(4, 2), seed=6, arch="sm_90a", kv_stages=3)
+    run_case("causal", heads=(8, 2), seed=6, arch="sm_90a", kv_stages=3, sequences=[{"n": 3001}])
