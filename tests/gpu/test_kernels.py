@@ -194,3 +194,27 @@ def test_repeated_calls_reuse_the_prepared_launch_and_stay_right(arch):
 def test_example_hopper_three_kv_stages(name):
     run_case(name, heads=(4, 2), seed=6, arch="sm_90a", kv_stages=3)
     run_case("causal", heads=(8, 2), seed=6, arch="sm_90a", kv_stages=3, sequences=[{"n": 3001}])
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_a_repeated_call_can_be_captured_in_a_cuda_graph(arch):
+    """After a first call with the same tensors and values, a call does no host synchronisation: it can be
+    captured in a CUDA graph, and replaying the graph recomputes the output for new contents of q, k, v."""
+    attn = maskc.load(EXAMPLES / "document.mask", head_dim=128, dtype="bf16", arch=arch)
+    q, k, v = (torch.randn(700, 4, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    cu = torch.tensor([0, 300, 700], dtype=torch.int32, device="cuda")
+    docs = [[100, 200], [400]]
+    out = torch.empty_like(q)
+    attn(q, k, v, cu_seqlens=cu, docs=docs, out=out)  # plans and prepares the launch
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        attn(q, k, v, cu_seqlens=cu, docs=docs, out=out)
+    for _ in range(2):
+        for x in (q, k, v):
+            x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        expected = maskc.load(EXAMPLES / "document.mask", head_dim=128, dtype="bf16", arch=arch)(
+            q, k, v, cu_seqlens=[0, 300, 700], docs=docs)
+        torch.testing.assert_close(out, expected, rtol=0, atol=0)
