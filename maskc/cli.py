@@ -336,11 +336,13 @@ def explain_command(mask, n, params, png, dump_mask):
 @click.option("--kv-heads", type=click.IntRange(min=1), help="Key/value heads (GPU; default: --heads).")
 @click.option("--head-dim", type=click.Choice([str(d) for d in HEAD_DIMS]), default="128", show_default=True)
 @click.option("--dtype", type=click.Choice(list(DTYPES)), default="bf16", show_default=True)
+@click.option("--arch", type=click.Choice(ARCHS), help="Kernel family by target (default: the best one for this "
+              "GPU and mask: the Hopper kernels, sm_90a, on an H100/H200; the portable ones elsewhere).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs and row samples.")
 @click.option("--cpu", "force_cpu", is_flag=True, help="Check on the CPU even when a GPU is usable.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @reporting_errors
-def run_command(mask, n, params, batch, heads, kv_heads, head_dim, dtype, seed, force_cpu, as_json):
+def run_command(mask, n, params, batch, heads, kv_heads, head_dim, dtype, arch, seed, force_cpu, as_json):
     """Run MASK on fresh random inputs and check the result.
 
     On a GPU (PyTorch and CuPy installed): launch the kernel, compare with float32 attention (every row of
@@ -363,10 +365,14 @@ def run_command(mask, n, params, batch, heads, kv_heads, head_dim, dtype, seed, 
     problem = "--cpu was given" if force_cpu else trial.gpu_problem()
     if problem is None:
         result = trial.run_on_gpu(program, consts, sequences, origin, heads=heads, kv_heads=kv_heads or heads,
-                                  head_dim=int(head_dim), dtype=dtype, seed=seed)
+                                  head_dim=int(head_dim), dtype=dtype, seed=seed, arch=arch)
     else:
         click.echo(f"maskc run: no GPU run ({problem}); checking on the CPU instead", err=True)
-        compiled = compile_program(program, KernelOptions(int(head_dim), dtype), consts)
+        try:
+            options = KernelOptions(int(head_dim), dtype, arch or "sm_90")
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+        compiled = compile_program(program, options, consts)
         result = trial.run_on_cpu(compiled, sequences, origin, seed=seed)
     click.echo(json.dumps(result.as_json(), sort_keys=True) if as_json else "\n".join(result.lines()))
     if not result.passed:
