@@ -245,7 +245,8 @@ class Attention:
         shared = compiled.shared_memory_bytes
         _, kernel = _module(str(compiled.cubin), compiled.name, shared, tq.device)
         grid = family.grid(work_items, hq, _multiprocessors(tq.device))
-        function = getattr(kernel, "kernel", kernel)  # CuPy's RawKernel wraps the driver function
+        with cupy.cuda.Device(tq.device):  # CuPy's RawKernel keeps one driver function per device
+            function = getattr(kernel, "kernel", kernel)
         prepared = PreparedLaunch(function.ptr, cupy.cuda.Device(tq.device), grid, family.threads, shared,
                                   family.forward_args, args, ("o", "lse"), device_tables)
         return _Launch(prepared, tuple(tq.shape), lse_shape, caller_out, caller_lse)
