@@ -270,6 +270,25 @@ def test_a_const_param_without_a_value_is_reported(run, tmp_path):
     assert run("compile", mask, "-o", "-", "--param", "w=8").exit_code == 0
 
 
+WINDOW_MASK = "mask window(n: int = 64, const w: int = 4)\nsegments:\n    S = n\nrules:\n    S -> S   causal where q - k < w\n"
+
+
+@pytest.mark.parametrize("value", ["999999999999999999999999999", "9223372036854775808", "-9223372036854775809"])
+def test_a_const_value_outside_64_bits_is_an_error_at_its_declaration(run, tmp_path, value):
+    """A C compiler wraps `999999999999999999999999999LL` silently: the kernel would test another window."""
+    mask = tmp_path / "window.mask"
+    mask.write_text(WINDOW_MASK)
+    col = WINDOW_MASK.index("const w") + 1
+    for command in (("compile", mask, "-o", "-"), ("check", mask)):
+        result = run(*command, "--param", f"w={value}")
+        assert result.exit_code == 1, result.stderr
+        assert result.stderr.startswith(f"{mask}:1:{col}: error: const parameter 'w' = {value} does not fit in a "
+                                        "64-bit integer"), result.stderr
+        assert "^^^" in result.stderr and result.stdout == ""
+    assert run("compile", mask, "-o", "-", "--param", "w=9223372036854775807").exit_code == 0
+    assert run("check", mask, "--param", "w=-9223372036854775808").exit_code == 0
+
+
 # ---------------------------------------------------------------------------------------------------
 # Exit code 3: internal errors
 # ---------------------------------------------------------------------------------------------------
