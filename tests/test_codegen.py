@@ -153,6 +153,24 @@ def test_list_reads_in_arithmetic_compile_and_evaluate(host_dir):
         assert np.array_equal(host_mask.evaluate_all(lib, tables, b, lay.n), dense_mask(c.program, lay, val))
 
 
+WIDE_OPERANDS = "mask t(n: int = 48, w: int = 0, const c: int = 0)\nsegments:\n    S = n\nrules:\n"
+
+
+@needs_cxx
+@pytest.mark.parametrize("rule, consts, w", [
+    ("S -> S   causal where q - k < c", {"c": 2**40}, 0),  # keys from max(start, q - c + 1): an int
+    ("S -> S   causal where q - k < c", {"c": 2**63 - 1}, 0),
+    ("S -> S   where k < min(q + w, 20)", {}, 2**31 - 1),
+    ("S -> S   where (q + w) % 7 == k % 7", {}, 2**31 - 3),
+    ("S -> S   where clamp(q + w, 0, 30) == k", {}, 2**31 - 1),
+])
+def test_an_operand_wider_than_the_result_is_not_narrowed_first(rule, consts, w, host_dir):
+    """A regression: min, max, // and % may fit 32 bits where an operand does not, and the operands were
+    converted to the result's type first, which wrapped them (const c = 2^40 made every row see nothing)."""
+    c = compile_text(WIDE_OPERANDS + f"    {rule}\n", consts=consts)
+    host_mask.check_generated_code(c, [{"n": 48, "w": w}, {"n": 7, "w": -(2**31)}], host_dir)
+
+
 def test_hopper_pipeline_depth_is_an_option_checked_against_shared_memory():
     options = KernelOptions(arch="sm_90a", kv_stages=3)
     assert options.family.q_stages(options) == 1  # three K/V stages leave room for one Q tile at hd 128
