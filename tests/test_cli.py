@@ -3,8 +3,13 @@ exit codes 0 / 1 / 2 / 3, stdin and stdout, atomic and deterministic output, pic
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import re
+import stat as stat_module
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -260,6 +265,69 @@ def test_writing_into_a_missing_directory_is_an_error(run, tmp_path):
     result = run("compile", example("causal"), "-o", tmp_path / "no" / "such" / "dir.cu")
     assert result.exit_code == 1
     assert "dir.cu" in result.stderr and "Traceback" not in result.stderr
+
+
+def is_char_device(path: str) -> bool:
+    return os.path.exists(path) and stat_module.S_ISCHR(os.stat(path).st_mode)
+
+
+@pytest.mark.skipif(not is_char_device("/dev/full"), reason="needs /dev/full")
+def test_a_failed_write_is_an_error_naming_the_file(run, tmp_path):
+    """A full disk (/dev/full, reached through a link so that the code before the fix renamed over the link,
+    not over the device) is exit 1 with the file named, not a silent exit 0."""
+    link = tmp_path / "out.cu"
+    link.symlink_to("/dev/full")
+    result = run("compile", example("causal"), "-o", link)
+    assert result.exit_code == 1
+    assert result.stderr == f"error: cannot write {link}: No space left on device\n"
+    result = run("explain", example("causal"), "--n", "256", "--dump-mask", link)
+    assert result.exit_code == 1 and f"error: cannot write {link}: No space left on device" in result.stderr
+    assert link.is_symlink() and is_char_device("/dev/full")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.cu"]  # no temporary left behind
+
+
+@pytest.mark.skipif(not is_char_device("/dev/full"), reason="needs /dev/full")
+def test_a_failed_write_to_stdout_is_an_error_not_an_internal_one():
+    with open("/dev/full", "wb") as full:
+        result = subprocess.run([sys.executable, "-m", "maskc", "compile", example("causal"), "-o", "-"],
+                                stdout=full, stderr=subprocess.PIPE, text=True, env={**os.environ, "MASKC_DEBUG": ""})
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == "error: cannot write to standard output: No space left on device\n"
+
+
+def test_output_through_a_link_replaces_the_file_it_names(run, tmp_path):
+    (tmp_path / "real.cu").write_text("old contents")
+    link = tmp_path / "out.cu"
+    link.symlink_to("real.cu")
+    assert run("compile", example("causal"), "-o", link).exit_code == 0
+    assert link.is_symlink() and (tmp_path / "real.cu").read_text() == compile_file(example("causal")).source
+
+
+def test_output_to_a_pipe_is_written_into_it(run, tmp_path):
+    """A target that is not a regular file (a pipe here; /dev/null, /dev/full) is written in place: renaming
+    over it would replace the device node itself."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader exists, so the writer's open does not block
+    try:
+        if hasattr(fcntl, "F_SETPIPE_SZ"):
+            fcntl.fcntl(reader, fcntl.F_SETPIPE_SZ, 1 << 20)
+        result = run("compile", example("causal"), "-o", fifo)
+        assert result.exit_code == 0, result.stderr
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(reader, 1 << 16)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(reader)
+    assert b"".join(chunks).decode() == compile_file(example("causal")).source
+    assert stat_module.S_ISFIFO(os.stat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
 
 
 def test_a_const_param_without_a_value_is_reported(run, tmp_path):
