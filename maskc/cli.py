@@ -246,7 +246,8 @@ def cli():
 def compile_command(mask, output, emit, arch, head_dim, dtype, params):
     """Compile MASK ('-' reads stdin) into a kernel for one architecture, head dim and dtype.
 
-    The output is deterministic: the same mask, options and maskc version give the same bytes.
+    The output is deterministic: the same mask, options and maskc version give the same bytes, from any
+    directory (the banner names the mask by its base name).
     """
     if output is None:
         if mask == "-":
