@@ -118,3 +118,8 @@ def test_const_values_outside_64_bits_are_refused_and_those_inside_are_range_che
         in info.value.render()
     assert compile_text(text, consts={"w": 2**62}).program.consts == (("w", 2**62), ("big", 3_000_000_000))
 
+
+
+def test_a_const_value_of_the_wrong_type_is_spelled_as_in_the_language():
+    with pytest.raises(MaskError, match="const parameter 'w' is int, got true"):
+        compile_text(HEADER + "segments:\n    S = n\nrules:\n    S -> S   where q < w\n", consts={"w": True})
