@@ -4,7 +4,8 @@
     out = attn(q, k, v, targets=256)              # torch or CuPy tensors, on the caller's stream
 
 `maskc.load(path, **options)` / `maskc.loads(text, **options)` compile a mask (options: head_dim, dtype,
-arch, and values for `const` parameters) and return an `Attention` callable.
+arch, key_tile, kv_stages, and values for `const` parameters) and return an `Attention` callable. Runtime
+parameters are not load options: their values are given per call (a ValueError says so).
 """
 
 __version__ = "0.1.0"

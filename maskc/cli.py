@@ -1,19 +1,21 @@
 """The `maskc` command: compile, check, explain and run `.mask` files.
 
 Exit codes, as compilers have them: 0 success; 1 an error in the user's mask or its values (diagnostics on
-stderr, never a traceback); 2 misuse of the command line (click's usage message); 3 an internal error
-(a maskc bug: the message says so; `MASKC_DEBUG=1` shows the traceback).
+stderr, never a traceback), or an output that could not be written; 2 misuse of the command line (click's
+usage message); 3 an internal error (a maskc bug: the message says so; `MASKC_DEBUG=1` shows the traceback).
 """
 
 from __future__ import annotations
 
 import functools
+import io
 import json
 import os
 import re
 import sys
 import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -33,7 +35,7 @@ EMIT_SUFFIX = {"cu": ".cu", "ptx": ".ptx", "cubin": ".cubin"}
 # ---------------------------------------------------------------------------------------------------
 
 
-def fail(message: str, code: int) -> None:
+def fail(message: str, code: int) -> NoReturn:
     click.echo(message, err=True)
     raise SystemExit(code)
 
@@ -156,25 +158,52 @@ def split_params(program: ir.Program, params: tuple[tuple[str, object], ...],
     return consts, runtime
 
 
+def cannot_write(name: str, exc: OSError) -> NoReturn:
+    fail(f"error: cannot write {name}: {exc.strerror or exc}", 1)
+
+
 def write_atomically(path: Path, data: bytes) -> None:
-    """Write beside the target, then rename over it: a failed or interrupted run never leaves half a file."""
+    """Write beside the target, then rename over it: a failed or interrupted run never leaves half a file.
+    A symbolic link is followed (the file it names is replaced; the link stays). A target that exists and is
+    not a regular file (/dev/null, /dev/full, a pipe) is written in place: renaming over it would replace
+    the device itself. Any failure, a full disk included, is an error naming the file (exit 1)."""
+    target = Path(os.path.realpath(path))
+    if target.exists() and not target.is_file() and not target.is_dir():
+        try:
+            with open(target, "wb") as f:
+                f.write(data)
+        except OSError as exc:
+            cannot_write(str(path), exc)
+        return
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     except OSError as exc:
-        raise click.FileError(str(path), hint=exc.strerror or str(exc)) from None
+        cannot_write(str(path), exc)
     try:
         umask = os.umask(0)
         os.umask(umask)
         os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; an output file gets the usual permissions
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
         if isinstance(exc, OSError):
-            raise click.FileError(str(path), hint=exc.strerror or str(exc)) from None
+            cannot_write(str(path), exc)
         raise
+
+
+def echo(data: str | bytes = "", nl: bool = True) -> None:
+    """click.echo to stdout; a failed write (a full disk, a closed pipe) is an error (exit 1), not a maskc bug."""
+    try:
+        click.echo(data, nl=nl)  # flushes
+    except OSError as exc:
+        try:  # what is still buffered would fail again when Python flushes stdout at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            pass
+        cannot_write("to standard output", exc)
 
 
 def stdout_is_terminal() -> bool:
@@ -195,8 +224,8 @@ def cli():
     that skips hidden tiles and runs no mask code on fully visible ones. The language is described
     in docs/language.md.
 
-    Exit codes: 0 ok, 1 an error in the mask or its values, 2 misuse of the command line, 3 an internal
-    error (a maskc bug; MASKC_DEBUG=1 shows the traceback).
+    Exit codes: 0 ok, 1 an error in the mask or its values (or a failed write), 2 misuse of the command
+    line, 3 an internal error (a maskc bug; MASKC_DEBUG=1 shows the traceback).
     """
 
 
@@ -217,7 +246,8 @@ def cli():
 def compile_command(mask, output, emit, arch, head_dim, dtype, params):
     """Compile MASK ('-' reads stdin) into a kernel for one architecture, head dim and dtype.
 
-    The output is deterministic: the same mask, options and maskc version give the same bytes.
+    The output is deterministic: the same mask, options and maskc version give the same bytes, from any
+    directory (the banner names the mask by its base name).
     """
     if output is None:
         if mask == "-":
@@ -234,7 +264,7 @@ def compile_command(mask, output, emit, arch, head_dim, dtype, params):
     compiled = compile_program(program, options, consts)
     data = compiled.source.encode() if emit == "cu" else compiled.build(emit).path.read_bytes()
     if output == "-":
-        click.echo(data, nl=False)  # bytes go to the binary stream beneath stdout
+        echo(data, nl=False)  # bytes go to the binary stream beneath stdout
     else:
         write_atomically(Path(output), data)
 
@@ -270,7 +300,7 @@ def check_command(masks, params, verbose):
             failed = True
             continue
         if verbose:
-            click.echo(f"{'<stdin>' if path == '-' else path}: ok")
+            echo(f"{'<stdin>' if path == '-' else path}: ok")
     if failed:
         raise SystemExit(1)
 
@@ -312,17 +342,17 @@ def explain_command(mask, n, params, png, dump_mask):
     program = read_mask(mask)
     consts, runtime = split_params(program, params)
     compiled, lines = explain.compile_explained(program, KernelOptions(), consts)
-    click.echo("\n".join(lines))
+    echo("\n".join(lines))
     sequences, origin = explain.choose_sequences(compiled.program, n, runtime)
     result = explain.explain_values(compiled, sequences, origin, png=bool(png), dump=bool(dump_mask))
-    click.echo("")
-    click.echo("\n".join(result.report.lines()))
+    echo("")
+    echo("\n".join(result.report.lines()))
     if result.png is not None:
         write_atomically(Path(png), result.png)
-        click.echo(f"picture: {png}")
+        echo(f"picture: {png}")
     if result.mask_npy is not None:
         write_atomically(Path(dump_mask), result.mask_npy)
-        click.echo(f"mask of sequence 0: {dump_mask}")
+        echo(f"mask of sequence 0: {dump_mask}")
 
 
 @cli.command("run", short_help="Run a mask on random inputs, check it against a reference, time it.")
@@ -374,7 +404,7 @@ def run_command(mask, n, params, batch, heads, kv_heads, head_dim, dtype, arch, 
             raise click.UsageError(str(exc)) from None
         compiled = compile_program(program, options, consts)
         result = trial.run_on_cpu(compiled, sequences, origin, seed=seed)
-    click.echo(json.dumps(result.as_json(), sort_keys=True) if as_json else "\n".join(result.lines()))
+    echo(json.dumps(result.as_json(), sort_keys=True) if as_json else "\n".join(result.lines()))
     if not result.passed:
         raise SystemExit(1)
 

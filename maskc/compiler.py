@@ -15,9 +15,9 @@ import numpy as np
 from maskc import ir
 from maskc.build import Artifact, compile_source
 from maskc.codegen import MaskCode, render_source
-from maskc.diagnostics import MaskError, Span, error
+from maskc.diagnostics import MaskError, Span, error, show_value
 from maskc.front import read_file, read_program
-from maskc.ir.ranges import check_ranges
+from maskc.ir.ranges import INT64, check_ranges
 from maskc.kernels import KernelOptions, kernel_name
 from maskc.passes import run_pipeline
 from maskc.plan.layout import (
@@ -52,7 +52,11 @@ def bind_consts(program: ir.Program, given: dict[str, object]) -> ir.Program:
                         f"give one when compiling (--param {p.name}=...) or declare a default")
         wants_bool = p.type.elem == "bool"
         if isinstance(value, bool) != wants_bool or not isinstance(value, (int, np.integer, bool)):
-            raise error(p.span, f"const parameter '{p.name}' is {p.type}, got {value!r}")
+            raise error(p.span, f"const parameter '{p.name}' is {p.type}, got {show_value(value)}")
+        if not wants_bool and not INT64[0] <= int(value) <= INT64[1]:
+            # A C compiler would wrap the literal silently: the kernel would test another value.
+            raise error(p.span, f"const parameter '{p.name}' = {int(value)} does not fit in a 64-bit integer",
+                        "const values must lie in [-2^63, 2^63 - 1]")
         values.append((p.name, bool(value) if wants_bool else int(value)))
     return replace(program, consts=tuple(values))
 

@@ -90,5 +90,22 @@ class MaskError(Exception):
         return "\n".join(d.render(self.source) for d in self.diagnostics)
 
 
+def show_value(value, limit: int = 8) -> str:
+    """A value as the language writes it, for messages: `true`, `-3`, `[1, 2]`, `[[true], [false, true]]`
+    (numpy values and arrays too; a list longer than `limit` shows its first and last three elements around
+    `...`). What the language cannot write (a string, a float) is shown as Python shows it: `'3'`, `2.5`."""
+    is_array = hasattr(value, "tolist") and not isinstance(value, (bool, int))  # numpy (or torch) values
+    if is_array and getattr(value, "ndim", 0) == 0:
+        value, is_array = value.tolist(), False
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if is_array or isinstance(value, (list, tuple)):  # an array's rows stay arrays: never converted whole
+        items = list(value) if len(value) <= limit else [*value[:3], ..., *value[-3:]]
+        return "[" + ", ".join("..." if x is ... else show_value(x, limit) for x in items) + "]"
+    return repr(value)
+
+
 def error(span: Span, message: str, *notes: str) -> MaskError:
     return MaskError(Diagnostic(span, message, notes=tuple(notes)))

@@ -67,6 +67,20 @@ def test_values_of_the_right_type_are_accepted_and_defaults_filled_in():
     assert v.arrays["B"].tolist() == [True, False]
 
 
+@pytest.mark.parametrize("name, bad, shown", [
+    ("T", [[True], [False, True]], "[[true], [false, true]]"), ("a", True, "true"), ("a", np.bool_(False), "false"),
+    ("L", np.array([[1, 2]]), "[[1, 2]]"), ("flag", np.int64(0), "0"), ("a", "3", "'3'"),
+    ("L", [[1]] * 12, "[[1], [1], [1], ..., [1], [1], [1]]"),
+])
+def test_values_in_messages_are_spelled_as_in_the_language(name, bad, shown):
+    message = problem(bind_sequence, TYPED, {"n": 4, name: bad})
+    assert f"parameter '{name}' " in message and message.endswith(f", got {shown}"), message
+    assert problem(bind_sequence, TYPED, {"n": True}) == "mask: n = true must be an integer in [0, 2^31 - 1]"
+    bools = program("const c: bool = true, flag: [bool] = [true]", "S = n", "S -> S   where c")
+    assert "compiled in (as true)" in problem(bind_sequence, replace(bools, consts=(("c", True),)), {"c": False})
+    assert "(n = 5, docs = [3, -1, 2])" in problem(layout, FAMILY, n=5, docs=[3, -1, 2])
+
+
 @pytest.mark.parametrize("given", [{"a": 2**31}, {"a": -(2**31) - 1}, {"L": [0, 2**31]}, {"L": [-(2**31) - 1]},
                                    {"T": [[2**40]]}])
 def test_runtime_ints_outside_32_bits_are_refused(given):
@@ -145,7 +159,7 @@ def test_negative_lengths_name_the_values():
     message = problem(layout, FAMILY, n=5)  # Z = 5 - 2 - 5 - 6 < 0
     assert "segment Z" in message and "negative length -8" in message and "n = 5" in message and "a = 2" in message
     message = problem(layout, FAMILY, n=20, docs=[3, -1, 2])
-    assert "segment D" in message and "member 1" in message and "docs = [ 3, -1,  2]" in message
+    assert "segment D" in message and "member 1" in message and "docs = [3, -1, 2]" in message
     message = problem(layout, program("h: int = 2", "G = grid(h, 3)"), h=-1)
     assert "segment G" in message and "negative grid dimensions" in message
     message = problem(layout, program("m: int = 2", "B[i < m] = 4"), m=-1)

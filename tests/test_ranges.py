@@ -103,3 +103,23 @@ def test_segment_lengths_are_checked_too():
     assert "overflow 64-bit integers" in info.value.render()
     with pytest.raises(MaskError):
         compiled("* -> *   full", "A = 2^64\n    B = n")
+
+
+def test_const_values_outside_64_bits_are_refused_and_those_inside_are_range_checked():
+    text = HEADER + "segments:\n    S = n\nrules:\n    S -> S   where k < q + w\n"
+    for value in (2**63, -(2**63) - 1, 10**27):
+        with pytest.raises(MaskError) as info:
+            compile_text(text, consts={"w": value})
+        assert f"<mask>:1:{HEADER.index('const w') + 1}: error: const parameter 'w' = {value} does not fit in a " \
+               "64-bit integer" in info.value.render()
+    with pytest.raises(MaskError) as info:  # 2^63 - 1 fits, but q + w may not
+        compile_text(text, consts={"w": 2**63 - 1})
+    assert "overflow 64-bit integers" in info.value.render() and f"<mask>:5:{text.split(chr(10))[4].index('q + w') + 1}:" \
+        in info.value.render()
+    assert compile_text(text, consts={"w": 2**62}).program.consts == (("w", 2**62), ("big", 3_000_000_000))
+
+
+
+def test_a_const_value_of_the_wrong_type_is_spelled_as_in_the_language():
+    with pytest.raises(MaskError, match="const parameter 'w' is int, got true"):
+        compile_text(HEADER + "segments:\n    S = n\nrules:\n    S -> S   where q < w\n", consts={"w": True})

@@ -40,6 +40,24 @@ def test_loads_splits_kernel_options_from_const_values(attn):
     assert options.arch == "sm_90a" and consts == {"w": 3}  # no GPU here: the most common target, Hopper
 
 
+def test_load_refuses_runtime_values_and_unknown_names():
+    """A runtime value given to load would go unused (values are given per call): refused, never ignored."""
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    with pytest.raises(ValueError, match=r"'window' is a runtime parameter of mask sliding_window: its values are "
+                                         r"given per call, as in attn\(q, k, v, window=3\)"):
+        maskc.load(examples / "sliding_window.mask", window=3, arch="sm_80")
+    with pytest.raises(ValueError, match="'bonus' is a runtime parameter of mask sp.*const parameters \\(w\\)"):
+        maskc.loads(SHARED_PROMPT, bonus=1, arch="sm_80")
+    with pytest.raises(ValueError, match="'n' is the length of each sequence.*shapes of q, k and v"):
+        maskc.loads(SHARED_PROMPT, n=64, arch="sm_80")
+    for typo in ("windw", "head_dims"):
+        with pytest.raises(ValueError, match=f"mask sliding_window has no parameter or option '{typo}': load-time "
+                                             r"keywords are kernel options \(head_dim, dtype, arch, key_tile, "
+                                             r"kv_stages\) and const parameters \(sliding_window has none\)"):
+            maskc.load(examples / "sliding_window.mask", **{typo: 3})
+    assert dict(maskc.loads(SHARED_PROMPT, w=5, arch="sm_80").program.consts) == {"w": 5}
+
+
 def test_the_default_family_is_hopper_except_for_grid_tiles_on_sm90():
     from maskc.front import read_file
     from maskc.runtime import default_arch

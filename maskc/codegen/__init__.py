@@ -8,6 +8,7 @@ the family's attention kernel (`<family>/attention_fwd.cu.j2`) and `common/plann
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 
 import jinja2
@@ -72,6 +73,12 @@ def _seq_value_ref(code: MaskCode, e: ir.Expr) -> str:
     return f"(int)s.v{len(code.seq_values) - 1}"
 
 
+def banner_name(program: ir.Program) -> str:
+    """How the banner names the mask: the file's base name (`hstu.mask`), `<stdin>` or `<mask>`. Never the
+    path as typed, so that the same file gives the same bytes from any directory."""
+    return os.path.basename(program.source.path) if program.source else "<mask>"
+
+
 def render_source(program: ir.Program, options: KernelOptions, source_name: str = "") -> tuple[str, MaskCode]:
     """The complete `.cu` file for the mask, and the mask code the planner needs to fill its tables."""
     code = mask_code(program)
@@ -82,7 +89,7 @@ def render_source(program: ir.Program, options: KernelOptions, source_name: str 
     P = planner_name(program.name, options)
     text = _environment().get_template("common/kernel.cu.j2").render(
         version=__version__,
-        source_name=source_name or (program.source.path if program.source else "<mask>"),
+        source_name=source_name or banner_name(program),
         program=program,
         rules=[(r.rule or ir.show(r.pred)) for r in program.regions],
         show=ir.show,

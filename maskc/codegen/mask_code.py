@@ -209,13 +209,18 @@ class _Builder:
             return spell(o.op.c, [a for a, _ in rendered]), "bool"
         if o is not None:
             t = static_range(e, self.program, region).ctype
-            operands = [_cast(*sub(a), t) for a in o.args] + [str(c) for c in o.consts]
+            rendered = [sub(a) for a in o.args]
+            # The operation runs in a type that holds every operand as well as the result: a result may fit
+            # 32 bits where an operand does not (`min(q + w, 100)`, `max(start, q - w)`, `(q + w) % 7`), and
+            # converting that operand down first would wrap it. The result then converts exactly.
+            wide = "long long" if "long long" in [t] + [ta for _, ta in rendered] else t
+            operands = [_cast(a, ta, wide) for a, ta in rendered] + [str(c) for c in o.consts]
             template = o.op.c
             # C's division truncates: it agrees with flooring for a non-negative dividend and a positive divisor.
             if o.op.c_truncating and static_range(o.args[0], self.program, region).lo >= 0 \
                     and static_range(o.args[1], self.program, region).lo > 0:
                 template = o.op.c_truncating
-            return spell(template, operands), t
+            return _cast(spell(template, operands), wide, t), t
         if isinstance(e, ir.Index):
             t = static_range(e, self.program, region).ctype
             slot = self.array(e.array)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, NamedTuple, Union
 
-from maskc.diagnostics import Source, Span
+from maskc.diagnostics import Source, Span, show_value
 from maskc.ir.ops import OPERATORS, Operator, spell
 
 _NOSPAN = field(default=Span.unknown(), compare=False, repr=False, kw_only=True)
@@ -271,7 +271,7 @@ def looks_inside(e: Expr, side: str) -> bool:
 def show(e: Expr, parent: int = 0) -> str:
     """The expression in the language's own syntax, parenthesised only where needed."""
     if isinstance(e, Const):
-        return ("true" if e.value else "false") if isinstance(e.value, bool) else str(e.value)
+        return show_value(e.value)
     if isinstance(e, Param):
         return e.name
     if isinstance(e, Token):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from maskc import ir
+from maskc.diagnostics import show_value
 from maskc.ir import MAX_FAMILY_MEMBERS, layout_uses_n  # noqa: F401  (part of this module's interface)
 from maskc.ir.evaluate import Env, evaluate
 
@@ -71,11 +72,9 @@ def _describe(values: SequenceValues, names: set[str]) -> str:
         shown.append(f"n = {values.n}")
     for name in sorted(names):
         if name in values.scalars:
-            shown.append(f"{name} = {values.scalars[name]}")
+            shown.append(f"{name} = {show_value(values.scalars[name])}")
         elif name in values.arrays:
-            a = values.arrays[name]
-            text = np.array2string(a, separator=", ", threshold=8)
-            shown.append(f"{name} = {text}")
+            shown.append(f"{name} = {show_value(values.arrays[name])}")
     return ", ".join(shown)
 
 
@@ -88,9 +87,9 @@ def _as_scalar(decl: ir.ParamDecl, value, where: str):
     if decl.type.elem == "bool":
         if isinstance(value, (bool, np.bool_)):
             return bool(value)
-        raise ValueProblem(f"{where}: parameter '{decl.name}' is a bool, got {value!r}")
+        raise ValueProblem(f"{where}: parameter '{decl.name}' is a bool, got {show_value(value)}")
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueProblem(f"{where}: parameter '{decl.name}' is an int, got {value!r}")
+        raise ValueProblem(f"{where}: parameter '{decl.name}' is an int, got {show_value(value)}")
     value = int(value)
     if not decl.const and not INT32_MIN <= value <= INT32_MAX:
         raise ValueProblem(
@@ -109,7 +108,7 @@ def _as_array(decl: ir.ParamDecl, value, where: str) -> np.ndarray:
     if arr is None or arr.dtype == object or arr.ndim != decl.type.depth:
         raise ValueProblem(
             f"{where}: parameter '{decl.name}' must be a {decl.type} "
-            f"({decl.type.depth}-dimensional, rectangular), got {value!r}"
+            f"({decl.type.depth}-dimensional, rectangular), got {show_value(value)}"
         )
     if arr.size == 0:
         return np.zeros(arr.shape, dtype=bool if decl.type.elem == "bool" else np.int64)
@@ -140,7 +139,7 @@ def bind_sequence(program: ir.Program, given: dict[str, object], where: str = "m
         n = n_decl.default
     if n is not None:
         if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or not 0 <= n <= MAX_SEQUENCE_LENGTH:
-            raise ValueProblem(f"{where}: n = {n!r} must be an integer in [0, 2^31 - 1]")
+            raise ValueProblem(f"{where}: n = {show_value(n)} must be an integer in [0, 2^31 - 1]")
         n = int(n)
     for decl in program.params:
         if decl.name == "n":
@@ -148,7 +147,7 @@ def bind_sequence(program: ir.Program, given: dict[str, object], where: str = "m
         if decl.const:
             if decl.name in given:
                 raise ValueProblem(
-                    f"{where}: '{decl.name}' is const: it is compiled in (as {consts.get(decl.name)!r}); "
+                    f"{where}: '{decl.name}' is const: it is compiled in (as {show_value(consts.get(decl.name))}); "
                     "compile again to change it"
                 )
             value = consts[decl.name]

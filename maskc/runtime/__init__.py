@@ -478,15 +478,41 @@ def _load(program, options: dict) -> Attention:
     return Attention(compile_program(program, kernel_options, consts))
 
 
+KERNEL_OPTIONS = ("head_dim", "dtype", "arch", "key_tile", "kv_stages")
+
+
 def split_options(options: dict, program=None) -> tuple:
+    """`load`'s keywords: (KernelOptions, const values). Given the program, every other keyword must name one
+    of its const parameters: a runtime parameter's value at load time would go unused (its values are given
+    per call), so it is refused with a ValueError, as is a name the mask does not have."""
     from maskc.kernels import KernelOptions
 
-    names = {"head_dim", "dtype", "arch", "key_tile", "kv_stages"}
-    kernel = {k: v for k, v in options.items() if k in names}
+    kernel = {k: v for k, v in options.items() if k in KERNEL_OPTIONS}
+    consts = {k: v for k, v in options.items() if k not in KERNEL_OPTIONS}
+    if program is not None:
+        for name, value in consts.items():
+            _check_load_keyword(program, name, value)
     if "arch" not in kernel:
         kernel["arch"] = default_arch(program, kernel.get("head_dim", 128))
-    consts = {k: v for k, v in options.items() if k not in names}
     return KernelOptions(**kernel), consts
+
+
+def _check_load_keyword(program, name: str, value) -> None:
+    decl = program.param(name)
+    if decl is not None and decl.const:
+        return
+    accepted = (f"load-time keywords are kernel options ({', '.join(KERNEL_OPTIONS)}) and const parameters "
+                f"({', '.join(p.name for p in program.params if p.const) or f'{program.name} has none'})")
+    if name == "n":
+        raise ValueError(f"'n' is the length of each sequence: every call takes it from the shapes of q, k and v "
+                         f"(or cu_seqlens), never from load; {accepted}")
+    if decl is not None:
+        example = repr(value) if len(repr(value)) <= 40 else "..."  # a Python call: Python's spelling
+        raise ValueError(f"'{name}' is a runtime parameter of mask {program.name}: its values are given per call, "
+                         f"as in attn(q, k, v, {name}={example}), and changing them never recompiles; {accepted}")
+    runtime = ", ".join(p.name for p in program.runtime_params) or "none"
+    raise ValueError(f"mask {program.name} has no parameter or option '{name}': {accepted}; its runtime "
+                     f"parameters ({runtime}) are given per call")
 
 
 def default_arch(program=None, head_dim: int = 128) -> str:

@@ -16,6 +16,7 @@ import numpy as np
 
 from maskc import ir
 from maskc.compiler import CompiledMask, compile_program
+from maskc.diagnostics import show_value
 from maskc.kernels import KernelOptions, TileKind
 from maskc.plan.layout import ConcreteLayout, SequenceValues
 from maskc.plan.planner import Descriptor
@@ -118,24 +119,18 @@ def choose_sequences(program: ir.Program, n: int | None = None,
     return [runtime], f"the mask's defaults{overrides}"
 
 
-def _literal(value) -> str:
-    if isinstance(value, (bool, np.bool_)):
-        return "true" if value else "false"
-    return str(int(value))
-
-
 def describe_values(layout: ConcreteLayout, values: SequenceValues) -> str:
     """`n = 4350, prompt = 1299, responses = [838, 320, 517, 376]`: long lists shortened, tables sized."""
     shown = [f"n = {layout.n}"]
-    shown += [f"{name} = {_literal(v)}" for name, v in values.scalars.items()]
+    shown += [f"{name} = {show_value(v)}" for name, v in values.scalars.items()]
     for name, a in values.arrays.items():
         if a.ndim == 2:
             shown.append(f"{name} = a {a.shape[0]} x {a.shape[1]} table")
         elif len(a) <= 12:
-            shown.append(f"{name} = [{', '.join(_literal(x) for x in a)}]")
+            shown.append(f"{name} = [{', '.join(show_value(x) for x in a)}]")
         else:
-            head = ", ".join(_literal(x) for x in a[:8])
-            shown.append(f"{name} = [{head}, ... {_literal(a[-1])}] ({len(a)} values)")
+            head = ", ".join(show_value(x) for x in a[:8])
+            shown.append(f"{name} = [{head}, ... {show_value(a[-1])}] ({len(a)} values)")
     return ", ".join(shown)
 
 
