@@ -185,6 +185,7 @@ class _LayoutFacts:
 
     uses_n: bool
     family_lists: dict[int, tuple[str, ...]]  # family segment -> the lists its length reads at the member index
+    plain: dict[int, str]  # family segment of the usual form `R[i] = list[i]` -> the list
     params: dict[str, ir.ParamDecl]  # by name
 
 
@@ -198,7 +199,9 @@ def _layout_facts(program: ir.Program) -> _LayoutFacts:
     lists = {s: tuple(dict.fromkeys(node.array for node in ir.walk(seg.length) if isinstance(node, ir.Index)
                                     and node.indices and isinstance(node.indices[0], ir.FamilyIndex)))
              for s, seg in enumerate(program.segments) if seg.kind == "family"}
-    facts = _LayoutFacts(layout_uses_n(program), lists, {p.name: p for p in program.params})
+    plain = {s: _family_list(seg) for s, seg in enumerate(program.segments)
+             if seg.kind == "family" and seg.length == ir.Index(_family_list(seg), (ir.FamilyIndex(),))}
+    facts = _LayoutFacts(layout_uses_n(program), lists, plain, {p.name: p for p in program.params})
     if len(_facts_cache) > 64:
         _facts_cache.clear()
     _facts_cache[id(program)] = (program, facts)
@@ -251,8 +254,8 @@ def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "m
                 if count > MAX_FAMILY_MEMBERS:
                     raise problem(seg, f"has {count} members, more than the limit of {MAX_FAMILY_MEMBERS}")
                 _check_family_lists(seg, facts.family_lists[s], count, values, where)
-                if seg.length == ir.Index(_family_list(seg), (ir.FamilyIndex(),)):
-                    length = values.arrays[_family_list(seg)].astype(np.int64)  # `R[i] = list[i]`, the usual form
+                if s in facts.plain:
+                    length = values.arrays[facts.plain[s]].astype(np.int64)  # `R[i] = list[i]`, the usual form
                 else:
                     env.family_index = np.arange(count, dtype=np.int64)
                     length = np.broadcast_to(np.asarray(evaluate(seg.length, env), dtype=np.int64), (count,)).copy()
@@ -265,10 +268,13 @@ def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "m
             position += length
             counts.append(1)
         else:
-            if len(length) and length.min() < 0:
+            small = len(length) <= 256  # a few members: Python is quicker than numpy's calls
+            if small:
+                length = length.tolist()
+            if len(length) and (min(length) if small else length.min()) < 0:
                 bad = int(np.argmin(length))
                 raise problem(seg, f"member {bad} has negative length {int(length[bad])}")
-            position += int(length.sum())
+            position += sum(length) if small else int(length.sum())
             counts.append(len(length))
         if position > MAX_SEQUENCE_LENGTH:
             raise problem(seg, f"ends at token {position}, beyond the limit of 2^31 - 1 tokens per sequence")
@@ -283,14 +289,14 @@ def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "m
         raise ValueProblem(f"{where}: the layout fixes the length to {position} tokens, but n = {values.n} was given")
     total = sum(counts)
     if counts.count(1) == len(counts):  # one entry per segment (families of one member included)
-        lengths = np.array([x if isinstance(x, int) else int(x[0]) for x in parts], dtype=np.int64)
+        lengths = np.array([x if isinstance(x, int) else x[0] for x in parts], dtype=np.int64)
         symbol, member = np.arange(total, dtype=np.int32), np.zeros(total, dtype=np.int32)
-    elif total <= 256:  # few entries: Python lists cost less than a dozen numpy calls
-        lengths = np.array([v for x in parts for v in ((x,) if isinstance(x, int) else x.tolist())], dtype=np.int64)
+    elif all(not isinstance(x, np.ndarray) for x in parts):  # few entries: lists cost less than numpy's calls
+        lengths = np.array([v for x in parts for v in ((x,) if isinstance(x, int) else x)], dtype=np.int64)
         symbol = np.array([s for s, c in enumerate(counts) for _ in range(c)], dtype=np.int32)
         member = np.array([m for c in counts for m in range(c)], dtype=np.int32)
     else:
-        lengths = np.concatenate([np.array([x], dtype=np.int64) if isinstance(x, int) else x for x in parts])
+        lengths = np.concatenate([np.asarray([x] if isinstance(x, int) else x, dtype=np.int64) for x in parts])
         symbol = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
         member = (np.arange(len(lengths)) - np.repeat(np.cumsum(counts) - counts, counts)).astype(np.int32)
     return ConcreteLayout(n=position, starts=np.cumsum(lengths) - lengths, lengths=lengths, symbol=symbol, member=member,
