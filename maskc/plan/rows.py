@@ -358,10 +358,11 @@ def _union_fixes(seg, p: _Pieces, chosen, m: _Met, bq, bk):
     """The k tiles two regions meet inside one of the `chosen` pieces, where only the union of a row's
     intervals may cover the tile: (piece, tile, correction) with correction = covered (0 or 1) minus the
     number of regions whose all-rows range counted the tile as covered already."""
-    j, i = np.nonzero((m.pair_lo <= m.pair_hi) & chosen)
+    shared = (m.pair_lo <= m.pair_hi) & chosen
+    j, i = np.nonzero(shared)
     w, off = expand(m.pair_hi[j, i] - m.pair_lo[j, i] + 1)
     piece, tile = i[w], m.pair_lo[j, i][w] + off
-    if len(m.pair_lo) > 1:  # a tile several pairs share: once
+    if (shared.sum(axis=0) > 1).any():  # a piece where several pairs overlap: each tile once
         stride = int(tile.max()) + 1
         key = np.sort(piece * stride + tile)
         key = key[np.concatenate([[True], key[1:] != key[:-1]])]
@@ -371,11 +372,11 @@ def _union_fixes(seg, p: _Pieces, chosen, m: _Met, bq, bk):
 
 
 def _reach(applies, lo, hi, first):
-    """How far [first, reach) extends through a union of intervals [lo, hi) (axis 0: the regions): after as
-    many rounds as regions, every chain of overlapping intervals has been followed."""
+    """How far [first, reach) extends through a union of intervals [lo, hi) (axis 0: the regions): each round
+    follows one more interval of a chain, so after as many rounds as usable intervals all of them are."""
     usable = applies & (lo < hi)
     reach = first
-    for _ in range(len(lo)):
+    for _ in range(int(usable.sum(axis=0).max(initial=0))):  # a chain has at most as many links as intervals
         reach = np.maximum(reach, np.where(usable & (lo <= reach), hi, reach).max(axis=0))
     return reach
 
