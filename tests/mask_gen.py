@@ -91,6 +91,30 @@ class _Gen:
         op = "and" if kind <= 7 else "or"
         return f"({self.bool_expr(depth - 1)} {op} {self.bool_expr(depth - 1)})"
 
+    def row_expr(self) -> str:
+        """A condition of the row-interval form, mostly: comparisons of k with a term in q of slope 0 or 1,
+        and conditions on the row alone, joined by `and` (now and then a form the fast path leaves to the
+        general search: slope 2 or -1, a condition on q.pos, a list)."""
+        consts = [str(self.draw(st.integers(0, 40))), f"({self.draw(st.integers(-6, -1))})"]
+        member = self.index_vars[:1]
+        terms = ["q", "q", "q.pos", "a", "w", "n", "q - w", "q - a", "q + " + self.pick(consts), "q.pos + a",
+                 "n - " + self.pick(consts), *consts, *member]
+        rare = ["2 * q", "5 - q", "min(q, a)"]
+        parts = []
+        for _ in range(self.draw(st.integers(1, 3))):
+            kind = self.draw(st.integers(0, 9))
+            term = self.pick(rare) if self.draw(st.integers(0, 15)) == 7 else self.pick(terms)
+            op = self.pick(["<", "<=", ">", ">=", "=="])
+            if kind <= 4:
+                parts.append(f"k {op} {term}" if kind % 2 else f"{term} {op} k")
+            elif kind <= 7:
+                diff = self.pick(["q - k", "k - q"])
+                parts.append(f"{diff} {op} {self.pick(['w', 'a', 'q.pos', *consts, *member])}")
+            else:
+                row = ["flag", "not flag", "a < 7", "w >= 0", "len(L) > 1", "q.pos < a"] + [f"{v} < 2" for v in member]
+                parts.append(self.pick(row))
+        return " and ".join(parts)
+
 
 @st.composite
 def _tree(draw, size: int) -> list[int]:
@@ -98,9 +122,11 @@ def _tree(draw, size: int) -> list[int]:
 
 
 @st.composite
-def random_masks(draw, max_sequences: int = 2, max_rest: int = 80):
-    """(text, consts, sequences): a random mask, its const values and per-sequence runtime values."""
-    has_grid = draw(st.booleans())
+def random_masks(draw, max_sequences: int = 2, max_rest: int = 80, rows: bool = False):
+    """(text, consts, sequences): a random mask, its const values and per-sequence runtime values. With `rows`,
+    no grid, and conditions mostly of the row-interval form (`_Gen.row_expr`): what the planner's fast path
+    takes."""
+    has_grid = draw(st.booleans()) and not rows
     parts = {"A": ("A = a", "a"), "F": ("F[i] = L[i]", "sum(L)"), "C": ("C = 5", "5"), "G": ("G = grid(gh, gw)", "gh * gw")}
     chosen = [name for name in "AFC" if draw(st.integers(0, 4))] + (["G"] if has_grid else [])
     segments = [parts[name][0] for name in chosen]
@@ -124,7 +150,7 @@ def random_masks(draw, max_sequences: int = 2, max_rest: int = 80):
         grid = {"q": q_side in grid_segments, "k": k_side in grid_segments}
         gen = _Gen(draw, grid, index_vars)
         shape = draw(st.sampled_from(["", "", "full", "causal", "diag"]))
-        where = "" if shape and draw(st.integers(0, 3)) == 0 else gen.bool_expr(2)
+        where = "" if shape and draw(st.integers(0, 3)) == 0 else gen.row_expr() if rows else gen.bool_expr(2)
         if not shape and not where:
             shape = "full"
         rules.append(f"{q_side} -> {k_side}   {shape}{' where ' + where if where else ''}")

@@ -22,6 +22,7 @@ from small_configs import SMALL
 from maskc.compiler import compile_file, compile_text
 from maskc.kernels import KernelOptions, TileKind
 from maskc.plan.planner import MAX_DESCRIPTOR_BYTES, PlanError, TileConfig, plan
+from maskc.plan.rows import row_forms
 from maskc.tools.reference import attention, dense_mask, simulate
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -176,6 +177,72 @@ def test_examples_with_random_values_plan_exactly(data, name, config):
     assert desc.stats.tiles_conservative == 0
     check_descriptor(compiled.program, desc, layouts, values, masks)
     check_simulation(compiled.program, desc, layouts, values, masks, np.random.default_rng(0))
+
+
+# ---------------------------------------------------------------------------------------------------
+# The fast path for row intervals (maskc/plan/rows.py) against the general search
+# ---------------------------------------------------------------------------------------------------
+
+FAST_EXAMPLES = ["causal", "document", "full", "hstu", "hstu_jagged", "prefix_lm", "rm_shared", "shared_prompt",
+                 "sinks_window", "sliding_window"]
+DESCRIPTOR_ARRAYS = ("work_seq", "work_qtile", "row_ptr", "k_tile", "kind")
+
+
+def takes_fast_path(compiled) -> bool:
+    return row_forms(compiled.program) is not None and not compiled.tiling.has_grids
+
+
+def check_fast_path(compiled, values, layouts, config, masks=None, note=""):
+    """Both paths, exact (no refinement budget): the same descriptor byte for byte, and exact against brute
+    force (`masks`: given, computed, or False to skip)."""
+    fast = plan(compiled.program, layouts, values, config, refine_budget=UNLIMITED)
+    general = plan(compiled.program, layouts, values, config, refine_budget=UNLIMITED, fast=False)
+    assert fast.stats.fast_path == takes_fast_path(compiled) and not general.stats.fast_path
+    for name in DESCRIPTOR_ARRAYS:
+        a, b = getattr(fast, name), getattr(general, name)
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), f"{name} differs from the general search{note}"
+    if masks is not False:
+        check_descriptor(compiled.program, fast, layouts, values, masks)
+
+
+def test_the_fast_path_takes_the_row_interval_examples():
+    taken = [name for name in sorted(SMALL) if takes_fast_path(example(name)[0])]
+    assert taken == FAST_EXAMPLES
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.block_q}x{c.block_k}")
+@pytest.mark.parametrize("name", FAST_EXAMPLES)
+def test_fast_path_equals_the_general_search_on_examples(name, config):
+    compiled, values, layouts, masks = example(name)
+    check_fast_path(compiled, values, layouts, config, masks)
+
+
+@pytest.mark.parametrize("name", FAST_EXAMPLES)
+def test_fast_path_equals_the_general_search_at_32k(name):
+    """The default values (N = 32768; the packed batches of hstu_jagged and rm_shared), the default tiles."""
+    compiled = compile_file(EXAMPLES / f"{name}.mask", KernelOptions())
+    values, layouts = compiled.bind([dict(line) for line in compiled.program.batch] or [{}])
+    check_fast_path(compiled, values, layouts, compiled.tiles, masks=False)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data(), name=st.sampled_from(FAST_EXAMPLES), config=st.sampled_from(CONFIGS))
+def test_fast_path_equals_the_general_search_with_random_values(data, name, config):
+    compiled = example(name)[0]
+    sequences = data.draw(st.lists(EXAMPLE_VALUES[name], min_size=1, max_size=4), label="sequences")
+    values, layouts = compiled.bind(sequences)
+    check_fast_path(compiled, values, layouts, config)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=random_masks(rows=True), config=st.sampled_from(CONFIGS))
+def test_fast_path_equals_the_general_search_on_random_masks(case, config):
+    """Random masks made mostly of row intervals (about two in three take the fast path; the rest check that
+    it declines)."""
+    text, _, sequences = case
+    compiled = compiled_random(case)
+    values, layouts = compiled.bind(sequences)
+    check_fast_path(compiled, values, layouts, config, note=f"\n{text}\nsequences {sequences}\nconfig {config}")
 
 
 @pytest.mark.parametrize("where", [

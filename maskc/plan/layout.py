@@ -8,6 +8,7 @@ segment (every family member counts as one), in order.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -127,14 +128,15 @@ def _as_array(decl: ir.ParamDecl, value, where: str) -> np.ndarray:
 def bind_sequence(program: ir.Program, given: dict[str, object], where: str = "mask") -> SequenceValues:
     """Validate one sequence's runtime values and fill in defaults. `given` may hold 'n'."""
     consts = dict(program.consts)
-    unknown = [name for name in given if name != "n" and program.param(name) is None]
+    declared = _layout_facts(program).params
+    unknown = [name for name in given if name != "n" and name not in declared]
     if unknown:
         known = ", ".join(p.name for p in program.runtime_params) or "none"
         raise ValueProblem(f"{where}: unknown parameter '{unknown[0]}' (runtime parameters: {known})")
     scalars: dict[str, int | bool] = {}
     arrays: dict[str, np.ndarray] = {}
     n = given.get("n")
-    n_decl = program.param("n")
+    n_decl = declared.get("n")
     if n is None and n_decl is not None:
         n = n_decl.default
     if n is not None:
@@ -176,14 +178,40 @@ def _env(values: SequenceValues, n: int | None) -> Env:
     return Env(params=params, arrays=values.arrays)
 
 
-def _check_family_lists(seg: ir.Segment, count: int, values: SequenceValues, where: str) -> None:
-    for node in ir.walk(seg.length):
-        if isinstance(node, ir.Index) and node.indices and isinstance(node.indices[0], ir.FamilyIndex):
-            size = len(values.arrays[node.array])
-            if size != count:
-                raise ValueProblem(
-                    f"{where}: family {seg.name} has {count} members but '{node.array}' has {size} entries"
-                )
+@dataclass(frozen=True)
+class _LayoutFacts:
+    """What concrete_layout looks up in the IR, found once per program."""
+
+    uses_n: bool
+    family_lists: dict[int, tuple[str, ...]]  # family segment -> the lists its length reads at the member index
+    plain: dict[int, str]  # family segment of the usual form `R[i] = list[i]` -> the list
+    params: dict[str, ir.ParamDecl]  # by name
+
+
+_facts_cache: dict[int, tuple[ir.Program, _LayoutFacts]] = {}
+
+
+def _layout_facts(program: ir.Program) -> _LayoutFacts:
+    hit = _facts_cache.get(id(program))
+    if hit is not None and hit[0] is program:
+        return hit[1]
+    lists = {s: tuple(dict.fromkeys(node.array for node in ir.walk(seg.length) if isinstance(node, ir.Index)
+                                    and node.indices and isinstance(node.indices[0], ir.FamilyIndex)))
+             for s, seg in enumerate(program.segments) if seg.kind == "family"}
+    plain = {s: _family_list(seg) for s, seg in enumerate(program.segments)
+             if seg.kind == "family" and seg.length == ir.Index(_family_list(seg), (ir.FamilyIndex(),))}
+    facts = _LayoutFacts(layout_uses_n(program), lists, plain, {p.name: p for p in program.params})
+    if len(_facts_cache) > 64:
+        _facts_cache.clear()
+    _facts_cache[id(program)] = (program, facts)
+    return facts
+
+
+def _check_family_lists(seg: ir.Segment, names: tuple[str, ...], count: int, values: SequenceValues, where: str) -> None:
+    for name in names:
+        size = len(values.arrays[name])
+        if size != count:
+            raise ValueProblem(f"{where}: family {seg.name} has {count} members but '{name}' has {size} entries")
 
 
 def _family_list(seg: ir.Segment) -> str:
@@ -191,11 +219,15 @@ def _family_list(seg: ir.Segment) -> str:
 
 
 def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "mask") -> ConcreteLayout:
-    uses_n = layout_uses_n(program)
+    facts = _layout_facts(program)
+    uses_n = facts.uses_n
     if uses_n and values.n is None:
         raise ValueProblem(f"{where}: the layout depends on n; give the sequence length")
     env = _env(values, values.n if uses_n else None)
-    starts, lengths, symbols, members, first = [], [], [], [], [0]
+    # Per segment its length (an int), or its members' lengths (an array, for a family); the tables are built
+    # at the end with a few numpy calls (a batch lays out many sequences per call).
+    parts: list = []
+    counts: list[int] = []
     grid_dims: dict[int, tuple[int, ...]] = {}
     position = 0
 
@@ -207,45 +239,45 @@ def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "m
     for s, seg in enumerate(program.segments):
         try:
             if seg.kind == "single":
-                seg_lengths = np.array([int(evaluate(seg.length, env))], dtype=np.int64)
-                seg_members = np.zeros(1, dtype=np.int32)
+                length = int(evaluate(seg.length, env))
             elif seg.kind == "grid":
                 dims = tuple(int(evaluate(d, env)) for d in seg.dims)
                 if min(dims) < 0:
                     raise problem(seg, f"has negative grid dimensions {dims}")
                 grid_dims[s] = dims
-                seg_lengths = np.array([int(np.prod(dims, dtype=object))], dtype=object).astype(np.int64)
-                seg_members = np.zeros(1, dtype=np.int32)
+                length = int(np.prod(dims, dtype=object))
             else:
                 count = int(evaluate(seg.count, env))
                 if count < 0:
                     raise problem(seg, f"has a negative member count {count}")
                 if count > MAX_FAMILY_MEMBERS:
                     raise problem(seg, f"has {count} members, more than the limit of {MAX_FAMILY_MEMBERS}")
-                _check_family_lists(seg, count, values, where)
-                index = np.arange(count, dtype=np.int64)
-                if seg.length == ir.Index(_family_list(seg), (ir.FamilyIndex(),)):
-                    seg_lengths = values.arrays[_family_list(seg)].astype(np.int64)  # `R[i] = list[i]`, the usual form
+                _check_family_lists(seg, facts.family_lists[s], count, values, where)
+                if s in facts.plain:
+                    length = values.arrays[facts.plain[s]].astype(np.int64)  # `R[i] = list[i]`, the usual form
                 else:
-                    env.family_index = index
-                    seg_lengths = np.broadcast_to(np.asarray(evaluate(seg.length, env), dtype=np.int64), (count,)).copy()
+                    env.family_index = np.arange(count, dtype=np.int64)
+                    length = np.broadcast_to(np.asarray(evaluate(seg.length, env), dtype=np.int64), (count,)).copy()
                     env.family_index = None
-                seg_members = index.astype(np.int32)
         except ZeroDivisionError as exc:
             raise problem(seg, f"divides by zero: {exc}") from None
-        if len(seg_lengths) and seg_lengths.min() < 0:
-            bad = int(np.argmin(seg_lengths))
-            which = f"member {bad} " if seg.kind == "family" else ""
-            raise problem(seg, f"{which}has negative length {int(seg_lengths[bad])}")
-        seg_starts = position + np.concatenate([[0], np.cumsum(seg_lengths)[:-1]]) if len(seg_lengths) else seg_lengths
-        position += int(seg_lengths.sum())
+        if isinstance(length, int):
+            if length < 0:
+                raise problem(seg, f"has negative length {length}")
+            position += length
+            counts.append(1)
+        else:
+            small = len(length) <= 256  # a few members: Python is quicker than numpy's calls
+            if small:
+                length = length.tolist()
+            if len(length) and (min(length) if small else length.min()) < 0:
+                bad = int(np.argmin(length))
+                raise problem(seg, f"member {bad} has negative length {int(length[bad])}")
+            position += sum(length) if small else int(length.sum())
+            counts.append(len(length))
         if position > MAX_SEQUENCE_LENGTH:
             raise problem(seg, f"ends at token {position}, beyond the limit of 2^31 - 1 tokens per sequence")
-        starts.append(seg_starts)
-        lengths.append(seg_lengths)
-        symbols.append(np.full(len(seg_lengths), s, dtype=np.int32))
-        members.append(seg_members)
-        first.append(first[-1] + len(seg_lengths))
+        parts.append(length)
 
     if values.n is not None and position != values.n:
         if uses_n:
@@ -254,15 +286,20 @@ def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "m
                 f"exactly ({_describe(values, set(values.scalars) | set(values.arrays))})"
             )
         raise ValueProblem(f"{where}: the layout fixes the length to {position} tokens, but n = {values.n} was given")
-    return ConcreteLayout(
-        n=position,
-        starts=np.concatenate(starts).astype(np.int64),
-        lengths=np.concatenate(lengths).astype(np.int64),
-        symbol=np.concatenate(symbols),
-        member=np.concatenate(members),
-        first=np.array(first, dtype=np.int64),
-        grid_dims=grid_dims,
-    )
+    total = sum(counts)
+    if counts.count(1) == len(counts):  # one entry per segment (families of one member included)
+        lengths = np.array([x if isinstance(x, int) else x[0] for x in parts], dtype=np.int64)
+        symbol, member = np.arange(total, dtype=np.int32), np.zeros(total, dtype=np.int32)
+    elif all(not isinstance(x, np.ndarray) for x in parts):  # few entries: lists cost less than numpy's calls
+        lengths = np.array([v for x in parts for v in ((x,) if isinstance(x, int) else x)], dtype=np.int64)
+        symbol = np.array([s for s, c in enumerate(counts) for _ in range(c)], dtype=np.int32)
+        member = np.array([m for c in counts for m in range(c)], dtype=np.int32)
+    else:
+        lengths = np.concatenate([np.asarray([x] if isinstance(x, int) else x, dtype=np.int64) for x in parts])
+        symbol = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
+        member = (np.arange(len(lengths)) - np.repeat(np.cumsum(counts) - counts, counts)).astype(np.int32)
+    return ConcreteLayout(n=position, starts=np.cumsum(lengths) - lengths, lengths=lengths, symbol=symbol, member=member,
+                          first=np.array([0, *itertools.accumulate(counts)], dtype=np.int64), grid_dims=grid_dims)
 
 
 def entry_grid_dims(layout: ConcreteLayout) -> np.ndarray:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -34,6 +35,7 @@ from maskc.plan.layout import (
     segment_bounds,
     segment_facts,
 )
+from maskc.plan.rows import plan_ranges
 from maskc.plan.tiling import (
     BlockTable,
     TileConfig,
@@ -42,6 +44,7 @@ from maskc.plan.tiling import (
     block_table,
     complete,
     extent,
+    segment_boundaries,
     split,
     tile_tokens,
     tiling_for,
@@ -67,6 +70,7 @@ class PlanStats:
     tiles_refined: int = 0  # decided by exact evaluation
     tiles_conservative: int = 0  # left PARTIAL because the refinement budget ran out
     seconds: float = 0.0
+    fast_path: bool = False  # planned by the row-interval fast path (plan/rows.py), not the general search
 
     @property
     def tiles_visited(self) -> int:
@@ -155,34 +159,40 @@ class _Batch:
     member: np.ndarray
     lengths: np.ndarray
     symbol: np.ndarray
-    grid: np.ndarray  # int64 [C, 3]: (t, y, x) dimensions of the grid a concrete segment is, else (1, 1, 1)
+    bounds: np.ndarray  # int64 [B, S + 1]: where each symbolic segment begins in its sequence (tiling.segment_boundaries)
 
     @staticmethod
     def of(layouts: list[ConcreteLayout], values: list[SequenceValues], tiling: Tiling) -> "_Batch":
         ns = np.array([lay.n for lay in layouts], dtype=np.int64)
-        base = np.concatenate([[0], np.cumsum(ns)[:-1]]).astype(np.int64)
-        return _Batch(
-            layouts=layouts,
-            values=values,
-            blocks=block_table(tiling, layouts),
-            base=base,
-            starts=np.concatenate([lay.starts + b for lay, b in zip(layouts, base)]) if layouts else np.zeros(0, np.int64),
-            member=np.concatenate([lay.member for lay in layouts]).astype(np.int64) if layouts else np.zeros(0, np.int64),
-            lengths=np.concatenate([lay.lengths for lay in layouts]).astype(np.int64) if layouts else np.zeros(0, np.int64),
-            symbol=np.concatenate([lay.symbol for lay in layouts]).astype(np.int64) if layouts else np.zeros(0, np.int64),
-            grid=np.concatenate([entry_grid_dims(lay) for lay in layouts]) if layouts else np.zeros((0, 3), np.int64),
-        )
+        base = np.cumsum(ns) - ns
+        sizes = [len(lay.starts) for lay in layouts]
+
+        def joined(name):
+            return np.concatenate([getattr(lay, name) for lay in layouts] + [np.zeros(0, np.int64)]).astype(np.int64)
+
+        bounds = segment_boundaries(layouts, tiling.blocks[-1].last + 1)
+        return _Batch(layouts=layouts, values=values, blocks=block_table(tiling, layouts, bounds), base=base,
+                      starts=joined("starts") + np.repeat(base, sizes), member=joined("member"),
+                      lengths=joined("lengths"), symbol=joined("symbol"), bounds=bounds)
+
+    @cached_property
+    def grid(self) -> np.ndarray:
+        """int64 [C, 3]: (t, y, x) dimensions of the grid a concrete segment is, else (1, 1, 1)."""
+        return np.concatenate([entry_grid_dims(lay) for lay in self.layouts] + [np.zeros((0, 3), np.int64)])
 
 
-def _visible_batch(program: ir.Program, batch: _Batch, seq: np.ndarray, q: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """The exact mask at pairs (q, k) of sequences `seq` (all broadcast together), evaluated for every
-    sequence at once; -1 tokens are never visible. Masks that read list parameters go sequence by sequence."""
+def _visible_batch(program: ir.Program, batch: _Batch, seq: np.ndarray, q: np.ndarray, k: np.ndarray,
+                   regions: tuple[ir.Region, ...] | None = None) -> np.ndarray:
+    """The exact mask at pairs (q, k) of sequences `seq` (all broadcast together), from all regions or the
+    given ones, evaluated for every sequence at once; -1 tokens are never visible. Masks that read list
+    parameters go sequence by sequence."""
+    regions = program.regions if regions is None else regions
     if any(ir.arrays_used(r.pred) for r in program.regions):
         out = np.zeros(np.broadcast_shapes(seq.shape, q.shape, k.shape), dtype=bool)
         seq_b, q_b, k_b = np.broadcast_arrays(seq, q, k)
         for b in distinct(seq_b):
             sel = seq_b == b
-            out[sel] = visible(program, batch.layouts[b], batch.values[b], q_b[sel], k_b[sel])
+            out[sel] = visible(program, batch.layouts[b], batch.values[b], q_b[sel], k_b[sel], regions)
         return out
     ns = np.array([lay.n for lay in batch.layouts], dtype=np.int64)
     valid = (q >= 0) & (q < ns[seq]) & (k >= 0) & (k < ns[seq])
@@ -199,7 +209,7 @@ def _visible_batch(program: ir.Program, batch: _Batch, seq: np.ndarray, q: np.nd
     bounds = [segment_bounds([s.name for s in program.segments], lay) for lay in batch.layouts]
     env.bounds = {key: np.array([b[key] for b in bounds])[seq] for key in bounds[0]} if bounds else {}
     shape = np.broadcast_shapes(seq.shape, q.shape, k.shape)
-    return regions_visible(program, program.regions, env, q_facts["symbol"], k_facts["symbol"], shape) & valid
+    return regions_visible(program, regions, env, q_facts["symbol"], k_facts["symbol"], shape) & valid
 
 
 def _instances(program: ir.Program, region: ir.Region, batch: _Batch, tiling: Tiling) -> dict[str, np.ndarray]:
@@ -451,7 +461,35 @@ def _refine(program, batch: _Batch, seq, qt, kt, budget_tiles: int) -> tuple[np.
         result[exact] = np.where(~any_visible, TileKind.EMPTY, np.where(hidden, TileKind.PARTIAL, TileKind.FULL))
     evaluated = settled.copy()
     evaluated[exact] = True
-    return result, evaluated
+    return result, evaluated, len(exact)
+
+
+def _region_bits(program, batch: _Batch, seq, qt, kt, kinds, budget_tiles: int) -> np.ndarray:
+    """The kinds of partial tiles with only the bits of regions that make some pair of the tile visible:
+    the search keeps a region wherever its interval bound cannot rule it out, loose for some predicates. A
+    witness pair (as in _refine) keeps a bit; the pairs of the tile, evaluated within the budget, drop it;
+    past the budget a bit stays (correct, only slower). The row-interval fast path (plan/rows.py) computes
+    the same exact bits in closed form."""
+    bt = batch.blocks
+    q = tile_tokens(bt, "q", block_of(bt, "q", seq, qt), qt)
+    k = tile_tokens(bt, "k", block_of(bt, "k", seq, kt), kt)
+    rows = np.take_along_axis(q, np.stack(_witness_slots(q, k), axis=1), axis=1)
+    cols = np.take_along_axis(k, np.stack(_witness_slots(k, q), axis=1), axis=1)
+    kinds = kinds.copy()
+    for r, region in enumerate(program.regions):
+        bit = TileKind.rule_bit(r)
+        has = np.nonzero(kinds & bit)[0]
+        if not len(has):
+            continue
+        seen = _visible_batch(program, batch, seq[has][:, None, None], rows[has][:, :, None], cols[has][:, None, :],
+                              (region,)).any(axis=(1, 2))
+        check = has[~seen][:max(budget_tiles, 0)]
+        budget_tiles -= len(check)
+        if len(check):
+            seen = _visible_batch(program, batch, seq[check][:, None, None], q[check][:, :, None], k[check][:, None, :],
+                                  (region,)).any(axis=(1, 2))
+            kinds[check[~seen]] &= ~np.uint32(bit)
+    return kinds  # never 0 (FULL): a partial tile's visible pair comes from one of the regions it names
 
 
 def _covered_pieces(r: dict[str, np.ndarray], inst: dict[str, np.ndarray], batch: _Batch, tiling: Tiling):
@@ -498,16 +536,43 @@ def _covered_pieces(r: dict[str, np.ndarray], inst: dict[str, np.ndarray], batch
 
 def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[SequenceValues],
          config: TileConfig = TileConfig(), refine_budget: int = DEFAULT_REFINE_BUDGET,
-         tiling: Tiling | None = None) -> Descriptor:
+         tiling: Tiling | None = None, fast: bool = True) -> Descriptor:
+    """The descriptor for these sequences. Masks made of row intervals take the fast path (`plan/rows.py`,
+    exact without a refinement budget); `fast=False` forces the general search (the tests compare the two)."""
     start = time.perf_counter()
-    tiling = tiling or tiling_for(program, config.block_q, config.block_k, config.min_run)
+    tiling = tiling or _tiling(program, config)
     batch = _Batch.of(layouts, values, tiling)
     bt = batch.blocks
     q_tiles, k_tiles = bt.tiles("q"), bt.tiles("k")
     qtile_base = np.concatenate([[0], np.cumsum(q_tiles)]).astype(np.int64)
     stats = PlanStats(tiles_total=int((q_tiles * k_tiles).sum()))
-    _refuse_huge(program, batch, tiling)
+    if stats.tiles_total * 8 > MAX_DESCRIPTOR_BYTES:  # else even a dense descriptor fits
+        _refuse_huge(program, batch, tiling)
+    ranges = plan_ranges(program, batch, tiling) if fast else None
+    stats.fast_path = ranges is not None
+    if ranges is None:
+        ranges = _search(program, batch, tiling, config, refine_budget, qtile_base, stats)
+    return _descriptor(config, bt, qtile_base, *ranges, stats, start)
 
+
+_tilings: dict[int, tuple[ir.Program, TileConfig, Tiling]] = {}
+
+
+def _tiling(program: ir.Program, config: TileConfig) -> Tiling:
+    """tiling_for(), kept per program: it walks every predicate."""
+    hit = _tilings.get(id(program))
+    if hit is not None and hit[0] is program and hit[1] == config:
+        return hit[2]
+    tiling = tiling_for(program, config.block_q, config.block_k, config.min_run)
+    if len(_tilings) > 64:
+        _tilings.clear()
+    _tilings[id(program)] = (program, config, tiling)
+    return tiling
+
+
+def _search(program: ir.Program, batch: _Batch, tiling: Tiling, config: TileConfig, refine_budget: int,
+            qtile_base: np.ndarray, stats: PlanStats):
+    """The general search: visited tiles as ranges (global q tile, first k tile, last k tile, kind)."""
     # Entries of the descriptor before ordering: (gq, first k tile, last k tile, kind, needs exact check),
     # gq being the global query tile. Query tiles whose ranges never overlap (one instance answers for
     # each tile, the common case) are decided range by range; the others are merged tile by tile.
@@ -542,14 +607,24 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
     todo = np.nonzero(todo)[0]  # always single tiles
     if len(todo):
         seq = np.searchsorted(qtile_base, gq[todo], side="right") - 1
-        exact_kind, evaluated = _refine(program, batch, seq, gq[todo] - qtile_base[seq], lo[todo],
-                                        refine_budget // (config.block_q * config.block_k))
+        budget = refine_budget // (config.block_q * config.block_k)
+        exact_kind, evaluated, used = _refine(program, batch, seq, gq[todo] - qtile_base[seq], lo[todo], budget)
         keep[todo] = exact_kind != TileKind.EMPTY
         kinds[todo] = np.where(exact_kind == TileKind.FULL, TileKind.FULL, kinds[todo])
         stats.tiles_refined = int(evaluated.sum())
         stats.tiles_conservative = len(todo) - stats.tiles_refined
-    gq, lo, hi, kinds = gq[keep], lo[keep], hi[keep], kinds[keep]
+        # Partial tiles several regions may reach: keep the bits of those that do (a single bit is exact).
+        several = (exact_kind == TileKind.PARTIAL) & (np.bitwise_count(kinds[todo]) >= 2)
+        if several.any():
+            t = np.nonzero(several)[0]
+            kinds[todo[t]] = _region_bits(program, batch, seq[t], gq[todo[t]] - qtile_base[seq[t]], lo[todo[t]],
+                                          kinds[todo[t]], budget - used)
+    return gq[keep], lo[keep], hi[keep], kinds[keep]
 
+
+def _descriptor(config: TileConfig, bt: BlockTable, qtile_base: np.ndarray, gq: np.ndarray, lo: np.ndarray,
+                hi: np.ndarray, kinds: np.ndarray, stats: PlanStats, start: float) -> Descriptor:
+    """The CSR of visited ranges (global q tile, first and last k tile, kind), in visiting order."""
     # CSR in visiting order: query tiles with the most work first, k tiles ascending inside each.
     total_q = int(qtile_base[-1])
     lengths = hi - lo + 1
@@ -561,17 +636,19 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
     if visited * (4 + kinds.itemsize) > MAX_DESCRIPTOR_BYTES:
         raise PlanError(f"the descriptor would list {visited:,} tiles ({visited * (4 + kinds.itemsize) / 2**30:.1f} GiB), "
                         "more than the 1 GiB limit; use fewer or shorter sequences")
-    order = np.lexsort((lo, rank[gq]))
+    # Ranges by (rank of their q tile, first k tile), one sort of one key; then written out tile by tile with
+    # two repeats (the k tile of slot p of range i is p - (slots before range i) + lo[i]).
+    order = np.argsort(rank[gq] * (int(lo.max(initial=0)) + 1) + lo, kind="stable")
     lo, lengths, kinds = lo[order], lengths[order], kinds[order]
-    w, off = expand(lengths)
-    k_tile = (lo[w] + off).astype(np.int32)
-    kind = kinds[w]
+    before = np.cumsum(lengths) - lengths
+    k_tile = np.arange(visited, dtype=np.int32) - np.repeat((before - lo).astype(np.int32), lengths)
+    kind = np.repeat(kinds, lengths)
     row_ptr = np.concatenate([[0], np.cumsum(counts[visit])]).astype(np.int64)
     work_seq = (np.searchsorted(qtile_base, visit, side="right") - 1).astype(np.int32)
     work_qtile = (visit - qtile_base[work_seq]).astype(np.int32)
 
-    stats.tiles_full = int(np.count_nonzero(kind == TileKind.FULL))
-    stats.tiles_partial = len(kind) - stats.tiles_full
+    stats.tiles_full = int(lengths[kinds == TileKind.FULL].sum())
+    stats.tiles_partial = visited - stats.tiles_full
     desc = Descriptor(config, bt, work_seq, work_qtile, row_ptr.astype(np.int32), k_tile, kind, stats)
     if desc.nbytes > MAX_DESCRIPTOR_BYTES:
         raise PlanError(f"the descriptor would take {desc.nbytes / 2**30:.1f} GiB, more than the 1 GiB limit")
@@ -680,15 +757,18 @@ def kernel_tables(code, desc: Descriptor, layouts: list[ConcreteLayout], values:
     batch = len(layouts)
     table = code.seq_table
     seq_table = np.zeros((batch, table.width), dtype=np.int64)
-    seg_begin = np.concatenate([[0], np.cumsum([len(lay.starts) for lay in layouts])]).astype(np.int64)
-    array_parts, array_offset = [], 0
+    sizes = np.array([len(lay.starts) for lay in layouts], dtype=np.int64)
+    ns = np.array([lay.n for lay in layouts], dtype=np.int64)
+    fixed = (np.asarray(token_offsets, dtype=np.int64), ns, np.cumsum(sizes) - sizes, sizes)
+    for name, value in zip(table.FIXED, fixed):
+        seq_table[:, table.fixed(name)] = value
+    # Every sequence has a row per block of the tiling: the block fields of sequence b are rows b*blocks ...
     bt = desc.blocks
-    for b, (lay, val) in enumerate(zip(layouts, values)):
-        for name, value in zip(table.FIXED, (token_offsets[b], lay.n, seg_begin[b], len(lay.starts))):
-            seq_table[b, table.fixed(name)] = value
-        rows = slice(bt.rows_of_seq[b], bt.rows_of_seq[b + 1])
-        blocks = np.stack([bt.start[rows], *bt.dims[rows].T, bt.first_q[rows], bt.first_k[rows]], axis=1)
-        seq_table[b, table.block(0):table.block(0) + blocks.size] = blocks.reshape(-1)  # fields in table.BLOCK order
+    blocks = np.stack([bt.start, *bt.dims.T, bt.first_q, bt.first_k], axis=1)  # fields in table.BLOCK order
+    blocks = blocks.reshape(batch, len(blocks) // max(batch, 1) * len(table.BLOCK))
+    seq_table[:, table.block(0):table.block(0) + blocks.shape[1]] = blocks
+    array_parts, array_offset = [], 0
+    for b, val in enumerate(values if code.arrays else ()):
         for slot, info in enumerate(code.arrays):
             a = val.arrays[info.name]
             rows, cols = (1, a.shape[0]) if a.ndim == 1 else a.shape
@@ -696,22 +776,36 @@ def kernel_tables(code, desc: Descriptor, layouts: list[ConcreteLayout], values:
                 seq_table[b, table.array(slot, name)] = value
             array_parts.append(a.reshape(-1).astype(np.int32))
             array_offset += a.size
-        env = Env(params={k: (v if isinstance(v, bool) else np.int64(v)) for k, v in val.scalars.items()} | {"n": np.int64(lay.n)},
-                  arrays=val.arrays, bounds=segment_bounds(code.segment_names, lay))
-        for i, sv in enumerate(code.seq_values):
-            try:
-                seq_table[b, table.value(i)] = int(evaluate(sv.expr, env))
-            except ZeroDivisionError:
-                raise PlanError(f"sequence {b}: {sv.text} divides by zero for these parameter values") from None
-    kinds = desc.kind.astype({8: np.uint8, 16: np.uint16, 32: np.uint32}[code.kind_bits])
+    # The sequence values, each evaluated for all sequences at once (sequence by sequence if it reads a list,
+    # or to name the sequence that divides by zero).
+    bounds = segment_boundaries(layouts, len(code.segment_names))
+    env = Env(params={name: np.array([v.scalars[name] for v in values]) for name in (values[0].scalars if values else ())},
+              bounds={(name, end): bounds[:, s + end] for s, name in enumerate(code.segment_names) for end in (False, True)})
+    env.params["n"] = ns
+    for i, sv in enumerate(code.seq_values):
+        try:
+            if ir.arrays_used(sv.expr):
+                raise ZeroDivisionError  # lists differ per sequence: go sequence by sequence
+            seq_table[:, table.value(i)] = np.asarray(evaluate(sv.expr, env)).astype(np.int64)
+        except ZeroDivisionError:
+            for b, (lay, val) in enumerate(zip(layouts, values)):
+                one = Env(params={k: (v if isinstance(v, bool) else np.int64(v)) for k, v in val.scalars.items()} |
+                          {"n": np.int64(lay.n)}, arrays=val.arrays, bounds=segment_bounds(code.segment_names, lay))
+                try:
+                    seq_table[b, table.value(i)] = int(evaluate(sv.expr, one))
+                except ZeroDivisionError:
+                    raise PlanError(f"sequence {b}: {sv.text} divides by zero for these parameter values") from None
+    def joined(name):
+        return np.concatenate([getattr(lay, name) for lay in layouts] + [np.zeros(0, np.int32)])
+
+    # The descriptor's arrays as they are where the types already agree (the tables are copied to the device).
     return KernelTables(
         work=np.stack([desc.work_seq, desc.work_qtile], axis=1).astype(np.int32).reshape(-1, 2),
-        row_ptr=desc.row_ptr.astype(np.int32),
-        k_tiles=desc.k_tile.astype(np.int32),
-        kinds=kinds,
+        row_ptr=desc.row_ptr.astype(np.int32, copy=False),
+        k_tiles=desc.k_tile.astype(np.int32, copy=False),
+        kinds=desc.kind.astype({8: np.uint8, 16: np.uint16, 32: np.uint32}[code.kind_bits], copy=False),
         seq_table=seq_table,
-        seg_start=np.concatenate([lay.starts for lay in layouts]).astype(np.int32) if layouts else np.zeros(0, np.int32),
-        seg_code=np.concatenate([lay.symbol.astype(np.int64) | (lay.member.astype(np.int64) << 5) for lay in layouts]).astype(np.int32)
-        if layouts else np.zeros(0, np.int32),
+        seg_start=joined("starts").astype(np.int32),
+        seg_code=(joined("symbol").astype(np.int64) | (joined("member").astype(np.int64) << 5)).astype(np.int32),
         arrays=np.concatenate(array_parts) if array_parts else np.zeros(1, np.int32),
     )

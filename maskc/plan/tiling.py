@@ -155,25 +155,38 @@ def tiles_per_block(dims: np.ndarray, shape: np.ndarray) -> np.ndarray:
     return np.prod(-(-dims // shape), axis=-1)
 
 
-def block_table(tiling: Tiling, layouts: list[ConcreteLayout]) -> BlockTable:
-    rows = []
-    for b, lay in enumerate(layouts):
-        first = {"q": 0, "k": 0}
-        for i, block in enumerate(tiling.blocks):
-            lo, hi = lay.span(block.first)[0], lay.span(block.last)[1]
-            if block.grid:
-                d = lay.grid_dims[block.first]
-                dims = (1,) * (3 - len(d)) + tuple(d)
-            else:
-                dims = (1, 1, hi - lo)
-            counts = {side: int(tiles_per_block(np.array(dims), np.array(block.shape(side)))) for side in "qk"}
-            rows.append((b, i, lo, *dims, first["q"], counts["q"], first["k"], counts["k"], *block.q_shape, *block.k_shape))
-            first = {side: first[side] + counts[side] for side in "qk"}
-    t = np.array(rows, dtype=np.int64).reshape(-1, 16)
-    per_seq = np.bincount(t[:, 0], minlength=len(layouts)) if len(t) else np.zeros(len(layouts), np.int64)
-    return BlockTable(seq=t[:, 0], block=t[:, 1], start=t[:, 2], dims=t[:, 3:6], first_q=t[:, 6], count_q=t[:, 7],
-                      first_k=t[:, 8], count_k=t[:, 9], q_shape=t[:, 10:13], k_shape=t[:, 13:16],
-                      rows_of_seq=np.concatenate([[0], np.cumsum(per_seq)]).astype(np.int64),
+def segment_boundaries(layouts: list[ConcreteLayout], segments: int) -> np.ndarray:
+    """int64 [B, segments + 1]: where each symbolic segment begins in each sequence (the last column: n), so
+    segment s spans [bounds[b, s], bounds[b, s + 1]); for all sequences at once."""
+    sizes = np.array([len(lay.starts) for lay in layouts], dtype=np.int64)
+    first = np.array([lay.first for lay in layouts], dtype=np.int64).reshape(len(layouts), segments + 1)
+    starts = np.concatenate([lay.starts for lay in layouts] + [np.zeros(1, np.int64)]).astype(np.int64)
+    index = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)[:, None] + first
+    ns = np.array([lay.n for lay in layouts], dtype=np.int64)[:, None]
+    return np.where(first < sizes[:, None], starts[index], ns)  # an empty segment begins where the next does
+
+
+def block_table(tiling: Tiling, layouts: list[ConcreteLayout], bounds: np.ndarray | None = None) -> BlockTable:
+    """The block rows of every sequence, built for all sequences at once (the planner builds one per call);
+    `bounds`: segment_boundaries() of the layouts, when known."""
+    batch, count = len(layouts), len(tiling.blocks)
+    bounds = segment_boundaries(layouts, tiling.blocks[-1].last + 1) if bounds is None else bounds
+    lo = bounds[:, [blk.first for blk in tiling.blocks]]  # [B, blocks]
+    dims = np.ones((batch, count, 3), dtype=np.int64)
+    dims[:, :, 2] = bounds[:, [blk.last + 1 for blk in tiling.blocks]] - lo
+    for i, blk in enumerate(tiling.blocks):
+        if blk.grid:
+            for b, lay in enumerate(layouts):
+                d = lay.grid_dims[blk.first]
+                dims[b, i] = (1,) * (3 - len(d)) + tuple(d)
+    shapes = {side: np.array([blk.shape(side) for blk in tiling.blocks], dtype=np.int64) for side in "qk"}  # [blocks, 3]
+    counts = {side: tiles_per_block(dims, shapes[side]) for side in "qk"}  # [B, blocks]
+    firsts = {side: np.cumsum(counts[side], axis=1) - counts[side] for side in "qk"}
+    return BlockTable(seq=np.repeat(np.arange(batch, dtype=np.int64), count), block=np.tile(np.arange(count, dtype=np.int64), batch),
+                      start=lo.reshape(-1), dims=dims.reshape(-1, 3), first_q=firsts["q"].reshape(-1),
+                      count_q=counts["q"].reshape(-1), first_k=firsts["k"].reshape(-1), count_k=counts["k"].reshape(-1),
+                      q_shape=np.tile(shapes["q"], (batch, 1)), k_shape=np.tile(shapes["k"], (batch, 1)),
+                      rows_of_seq=np.arange(0, batch * count + 1, count, dtype=np.int64),
                       size_q=tiling.block_q, size_k=tiling.block_k, runs_only=not tiling.has_grids)
 
 

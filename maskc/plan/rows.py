@@ -1,0 +1,405 @@
+"""The planner's fast path for masks made of row intervals: about a hundred numpy calls on small arrays.
+
+The general search (`planner.py`) proves tiles empty or full by interval arithmetic over boxes of tiles; it is
+exact and handles every mask, but costs thousands of small numpy calls (3-10 ms for a 32K-token batch). Most
+training masks are simpler: every region is, per query row, one interval of keys [lo(q), hi(q)) (causal,
+documents, windows, shared prompts; see `passes/row_intervals.py`). For those the answer follows from the
+interval bounds in closed form.
+
+Where it applies (`row_forms`): the tiling has runs only (one run block per sequence: q tile t holds tokens
+t*bq ..., k tile j tokens j*bk ...), there are at most `MAX_REGIONS` regions, every one has row intervals, its
+row condition reads no position of the query (only its segment, member, parameters), and lo is a max and hi a
+min of terms that are each either constant along a segment or `q + c` (c constant along a segment):
+`max(start(S), q - window + 1)`, `min(end(R), q + 1, q.end)`. No list parameter is read. Otherwise
+`plan_ranges` returns None and the planner searches.
+
+A *piece* is a run of query rows inside one q tile and one concrete segment (family member): the segment's
+facts (start, end, member), and so every constant term, are fixed along it. On a piece, per region,
+    lo(x) = max(L, x + l),   hi(x) = min(H, x + h)
+so both are nondecreasing in steps of 0 or 1, and hi - lo is concave: the rows with a non-empty interval are
+one run of the piece, found in closed form, and their intervals meet one run of keys, [lo(first), hi(last)).
+Every row of the piece sees [lo(last row), hi(first row)) through the region.
+
+Per (q tile, k tile) the descriptor needs: visited (some region meets the tile in some piece), the kind's bits
+(the regions meeting it: exact, as the kernel's standalone classifier defines them), and FULL (every real row
+sees every key of the tile, and the tile has no slot past the end of the sequence). A piece covers a k tile
+inside one region's all-rows range. A k tile two regions meet in the same piece may be covered only by their
+union (`S -> P full` and `S -> S causal` over a tile straddling the end of P): those tiles, at segment
+boundaries, are checked on their own (`_covered_by_union`). A tile is FULL when every piece of its q tile
+covers it. A q tile of one piece whose regions meet disjoint k tiles, the common case, is written out
+directly; the others go through a sweep over range end points. O(pieces x regions^2) work, then O(tiles
+visited) to write the CSR.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from maskc import ir
+from maskc.ir.evaluate import Env, evaluate
+from maskc.kernels.abi import TileKind
+from maskc.plan.arrays import expand
+
+MAX_REGIONS = 8  # pairs of regions are compared piece by piece; more regions go to the general search
+# Bounds are clamped to +-2^40 (positions are below 2^31): a term past that acts exactly like the clamp on keys
+# in [0, n), and sums of two clamped values cannot wrap.
+_BIG = 1 << 40
+_MOVING = ("index", "pos", "t", "y", "x")  # facts of the query that change along a piece
+_NEVER = np.iinfo(np.int64).max  # the first tile of an empty range
+
+
+@dataclass(frozen=True)
+class _Bound:
+    """lo = max(constants..., q + slopes...) (or hi = min(...)); each expression constant along a piece."""
+
+    constants: tuple[ir.Expr, ...]
+    slopes: tuple[ir.Expr, ...]
+
+
+@dataclass(frozen=True)
+class RowForm:
+    """A region as the fast path reads it."""
+
+    q_bits: int  # bit s: symbolic segment s is on the q side
+    k_first: int  # the k side is the run of segments k_first..k_last
+    k_last: int
+    row: ir.Expr  # the row condition (reads no moving fact)
+    lo: _Bound
+    hi: _Bound
+
+
+def _moves(e: ir.Expr) -> bool:
+    return any(isinstance(n, ir.Token) and n.side == "q" and n.attr in _MOVING for n in ir.walk(e))
+
+
+def _combine(op: str, x: ir.Expr, y: ir.Expr) -> ir.Expr:
+    """x op y (op: + or -), folding constants, so that `q + 1` leaves the constant 1 to evaluate."""
+    if isinstance(x, ir.Const) and isinstance(y, ir.Const):
+        return ir.Const(x.value + y.value if op == "+" else x.value - y.value)
+    if y == ir.Const(0):
+        return x
+    if x == ir.Const(0):
+        return y if op == "+" else ir.Unary("neg", y)
+    return ir.Binary(op, x, y)
+
+
+def _q_linear(e: ir.Expr) -> tuple[int, ir.Expr] | None:
+    """(a, c) with e == a*q + c, c constant along a piece (q.pos is q - q.start), or None."""
+    if not _moves(e):
+        return 0, e
+    if isinstance(e, ir.Token) and e.attr == "index":
+        return 1, ir.Const(0)
+    if isinstance(e, ir.Token) and e.attr == "pos":
+        return 1, ir.Unary("neg", ir.Token("q", "start"))
+    if isinstance(e, ir.Unary) and e.op == "neg":
+        inner = _q_linear(e.arg)
+        return None if inner is None else (-inner[0], _combine("-", ir.Const(0), inner[1]))
+    if isinstance(e, ir.Binary) and e.op in ("+", "-"):
+        lhs, rhs = _q_linear(e.lhs), _q_linear(e.rhs)
+        if lhs is None or rhs is None:
+            return None
+        sign = 1 if e.op == "+" else -1
+        return lhs[0] + sign * rhs[0], _combine(e.op, lhs[1], rhs[1])
+    return None
+
+
+def _terms(e: ir.Expr, op: str) -> list[ir.Expr]:
+    """The operands of a tree of `op` (max or min)."""
+    if isinstance(e, ir.Binary) and e.op == op:
+        return _terms(e.lhs, op) + _terms(e.rhs, op)
+    return [e]
+
+
+def _bound(e: ir.Expr, op: str) -> _Bound | None:
+    constants, slopes = [], []
+    for term in _terms(e, op):
+        linear = _q_linear(term)
+        if linear is None or linear[0] not in (0, 1):
+            return None
+        (slopes if linear[0] else constants).append(linear[1])
+    return _Bound(tuple(constants), tuple(slopes))
+
+
+def _row_form(program: ir.Program, region: ir.Region) -> RowForm | None:
+    rows = region.rows
+    if rows is None or any(ir.arrays_used(e) for e in (rows.row, rows.lo, rows.hi)) or _moves(rows.row):
+        return None
+    lo, hi = _bound(rows.lo, "max"), _bound(rows.hi, "min")
+    if lo is None or hi is None:
+        return None
+    k = [program.segment_index(s) for s in region.k.segments]
+    # The k side's bounds are applied anyway (_segment_constants): the pass's own copies need no evaluating.
+    first, last = ir.SegmentBound(region.k.segments[0], False), ir.SegmentBound(region.k.segments[-1], True)
+    lo = _Bound(tuple(e for e in lo.constants if e != first), lo.slopes)
+    hi = _Bound(tuple(e for e in hi.constants if e != last), hi.slopes)
+    return RowForm(sum(1 << program.segment_index(s) for s in region.q.segments), min(k), max(k), rows.row, lo, hi)
+
+
+@dataclass(frozen=True)
+class RowForms:
+    """All regions of a program in the fast path's form, and what evaluating them reads."""
+
+    regions: tuple[RowForm, ...]
+    params: tuple[str, ...]  # scalar parameters the expressions read, besides n
+    bounds: tuple[tuple[str, bool, int], ...]  # SegmentBounds read: (segment, end, column of the boundary table)
+    bits: np.ndarray  # uint32 [R]: each region's bit in a partial tile's kind
+    pairs: tuple[np.ndarray, np.ndarray]  # every pair of regions r1 < r2
+
+
+_forms_cache: dict[int, tuple[ir.Program, RowForms | None]] = {}
+
+
+def row_forms(program: ir.Program) -> RowForms | None:
+    """The regions in the fast path's form, or None when the fast path does not apply (found once per
+    program)."""
+    hit = _forms_cache.get(id(program))
+    if hit is not None and hit[0] is program:
+        return hit[1]
+    forms = [_row_form(program, r) for r in program.regions]
+    result = None
+    if len(forms) <= MAX_REGIONS and all(f is not None for f in forms):
+        exprs = [e for f in forms for e in (f.row, *f.lo.constants, *f.lo.slopes, *f.hi.constants, *f.hi.slopes)]
+        nodes = [node for e in exprs for node in ir.walk(e)]
+        bounds = {(n.segment, n.end): program.segment_index(n.segment) + n.end for n in nodes
+                  if isinstance(n, ir.SegmentBound)}
+        result = RowForms(tuple(forms), tuple(sorted({n.name for n in nodes if isinstance(n, ir.Param)} - {"n"})),
+                          tuple((name, end, col) for (name, end), col in bounds.items()),
+                          np.array([TileKind.rule_bit(r) for r in range(len(forms))], dtype=np.uint32),
+                          np.triu_indices(len(forms), 1))
+    if len(_forms_cache) > 64:
+        _forms_cache.clear()
+    _forms_cache[id(program)] = (program, result)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------
+# Per concrete segment: each region's L, l, H, h and whether it applies to the segment's rows
+# ---------------------------------------------------------------------------------------------------
+
+
+def _segment_constants(forms: RowForms, batch, bk: int) -> np.ndarray | None:
+    """int64 [6, R, C] over the concrete segments of the whole batch: ok, L, l, H, h, Hf, with L, l, H, h as
+    in the module docstring (the k side's own span folded into L and H, so intervals never leave it), ok = 1
+    where the region applies to the segment's rows and some row may have keys (H > L and h > l), and Hf = H
+    cut to the last k tile without a ragged slot. None when an expression divides by zero for these values
+    (the general search then reports or handles it)."""
+    seq = np.repeat(np.arange(len(batch.layouts)), [len(lay.starts) for lay in batch.layouts])
+    bounds = batch.bounds[seq]  # [C, S + 1]: where each symbolic segment of c's sequence begins (the last: n)
+    params = {name: np.array([v.scalars[name] for v in batch.values])[seq] for name in forms.params}
+    params["n"] = bounds[:, -1]
+    start = batch.starts - batch.base[seq]
+    env = Env(params=params, tokens={("q", "start"): start, ("q", "end"): start + batch.lengths,
+                                     ("member", "q"): batch.member},
+              bounds={(name, end): bounds[:, col] for name, end, col in forms.bounds})
+
+    shape = (len(forms.regions), len(seq))
+    applies = np.empty(shape, dtype=bool)
+    L, H = bounds[:, [f.k_first for f in forms.regions]].T.copy(), bounds[:, [f.k_last + 1 for f in forms.regions]].T.copy()
+    l, h = np.full(shape, -_BIG, dtype=np.int64), np.full(shape, _BIG, dtype=np.int64)
+    try:
+        for r, f in enumerate(forms.regions):
+            on_side = ((f.q_bits >> batch.symbol) & 1) != 0
+            applies[r] = on_side if f.row == ir.TRUE else on_side & np.asarray(evaluate(f.row, env), dtype=bool)
+            for parts, out, op in ((f.lo.constants, L, np.maximum), (f.lo.slopes, l, np.maximum),
+                                   (f.hi.constants, H, np.minimum), (f.hi.slopes, h, np.minimum)):
+                for e in parts:
+                    op(out[r], evaluate(e, env), out=out[r])
+    except ZeroDivisionError:
+        return None
+    L, l, H, h = np.minimum(np.maximum(np.stack([L, l, H, h]), -_BIG), _BIG)
+    return np.stack([applies & (H > L) & (h > l), L, l, H, h, np.minimum(H, bounds[:, -1] // bk * bk)])
+
+
+# ---------------------------------------------------------------------------------------------------
+# Pieces, and a sweep over range end points
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Pieces:
+    """Runs of rows inside one q tile and one concrete segment, over the whole batch, in row order."""
+
+    gq: np.ndarray  # [P] global q tile
+    seg: np.ndarray  # [P] concrete segment (index into the batch's tables)
+    seq: np.ndarray  # [P] sequence
+    a: np.ndarray  # [P] first row, in the sequence
+    b: np.ndarray  # [P] one past the last row
+    per_tile: np.ndarray  # [total q tiles] pieces of each q tile
+
+
+def _pieces(batch, ns: np.ndarray, bq: int) -> _Pieces:
+    which, offset = expand(-(-ns // bq))
+    tile_start = batch.base[which] + offset * bq  # global, ascending
+    nonempty = np.nonzero(batch.lengths > 0)[0]
+    seg_start = batch.starts[nonempty]
+    cuts = np.sort(np.concatenate([tile_start, seg_start]))
+    cuts = cuts[np.concatenate([[True], cuts[1:] != cuts[:-1]])] if len(cuts) else cuts
+    gq = np.searchsorted(tile_start, cuts, side="right") - 1
+    seq = which[gq]
+    return _Pieces(gq=gq, seg=nonempty[np.searchsorted(seg_start, cuts, side="right") - 1], seq=seq,
+                   a=cuts - batch.base[seq], b=np.append(cuts[1:], ns.sum()) - batch.base[seq],
+                   per_tile=np.bincount(gq, minlength=len(tile_start)))
+
+
+def _sweep(key: np.ndarray, first: np.ndarray, last: np.ndarray, values: np.ndarray):
+    """Ranges first..last (inclusive) of k tiles, each of one key (a q tile), with values [m, E]: the
+    elementary segments [start, end) between consecutive range end points of a key, and the sums of the
+    values of the ranges covering each ([m, S]). Returns (key, start, end, sums)."""
+    key = np.concatenate([key, key])
+    pos = np.concatenate([first, last + 1])
+    order = np.argsort(key * (int(pos.max(initial=0)) + 1) + pos, kind="stable")
+    key, pos = key[order], pos[order]
+    sums = np.cumsum(np.concatenate([values, -values], axis=1)[:, order], axis=1)
+    # Ranges open and close inside their key, so the running sums start every key at zero. Keep the sums
+    # after the last event at each (key, position).
+    last_event = np.ones(len(key), dtype=bool)
+    last_event[:-1] = (key[1:] != key[:-1]) | (pos[1:] != pos[:-1])
+    key, pos, sums = key[last_event], pos[last_event], sums[:, last_event]
+    seg = np.nonzero(key[:-1] == key[1:])[0]
+    return key[seg], pos[seg], pos[seg + 1], sums[:, seg]
+
+
+# ---------------------------------------------------------------------------------------------------
+# The plan
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Met:
+    """Per (region, piece) [R, P]: whether the region meets the piece's rows, the k tiles it meets, m0..m1,
+    and those it covers for every row, f0..f1 (empty: f0 = m1 + 1, f1 = m1); per (pair of regions, piece)
+    [R(R-1)/2, P] the k tiles both meet, lo..hi (empty: lo > hi)."""
+
+    met: np.ndarray
+    m0: np.ndarray
+    m1: np.ndarray
+    covers: np.ndarray
+    f0: np.ndarray
+    f1: np.ndarray
+    pair_lo: np.ndarray
+    pair_hi: np.ndarray
+
+
+def plan_ranges(program: ir.Program, batch, tiling) -> tuple | None:
+    """Visited tiles as ranges (global q tile, first k tile, last k tile, kind), or None when the fast path
+    does not apply (then the planner searches)."""
+    forms = row_forms(program)
+    if forms is None or not batch.blocks.runs_only:
+        return None
+    bq, bk = tiling.block_q, tiling.block_k
+    seg = _segment_constants(forms, batch, bk)
+    if seg is None:
+        return None
+    p = _pieces(batch, batch.bounds[:, -1], bq)
+    a, b = p.a, p.b
+
+    # The rows with a non-empty interval are xa .. xb - 1 (hi - lo is concave).
+    ok, L, l, H, h, Hf = seg[:, :, p.seg]
+    xa = np.maximum(a, L - h + 1)
+    xb = np.minimum(b, H - l)
+    met = (ok != 0) & (xa < xb)
+    m0 = np.maximum(L, xa + l) // bk  # k tiles met: from lo at the first non-empty row ...
+    m1 = (np.minimum(H, xb + h - 1) - 1) // bk  # ... to hi at the last
+    # Keys every row of the piece sees, when every row has keys: [lo(b - 1), hi(a)), in whole k tiles.
+    f0 = -(np.minimum(-L, 1 - b - l) // bk)
+    f1 = np.minimum(Hf, a + h) // bk - 1
+    covers = met & (xa == a) & (xb == b) & (f0 <= f1)
+    f0, f1 = np.where(covers, f0, m1 + 1), np.where(covers, f1, m1)  # empty where nothing is covered
+    r1, r2 = forms.pairs
+    m = _Met(met, m0, m1, covers, f0, f1, np.where(met[r1] & met[r2], np.maximum(m0[r1], m0[r2]), _NEVER),
+             np.minimum(m1[r1], m1[r2]))
+
+    # A q tile of one piece where no two regions meet a common k tile (the common case): each region's tiles
+    # are partial, then full, then partial. The other q tiles go through a sweep.
+    overlap = (m.pair_lo <= m.pair_hi).any(axis=0)
+    alone = (p.per_tile[p.gq] == 1) & ~overlap
+    r, i = np.nonzero(met & alone)
+    m0, f0, f1, m1 = np.stack([m0, f0, f1, m1])[:, r, i]
+    bits = forms.bits[r]
+    gq, lo, hi = np.tile(p.gq[i], 3), np.concatenate([m0, f0, f1 + 1]), np.concatenate([f0 - 1, f1, m1])
+    kind = np.concatenate([bits, np.zeros(len(r), np.uint32), bits])
+    if not alone.all():
+        gq, lo, hi, kind = (np.concatenate(x) for x in zip((gq, lo, hi, kind),
+                                                             _swept(seg, p, ~alone, overlap, m, forms, bq, bk)))
+    keep = lo <= hi
+    return gq[keep], lo[keep], hi[keep], kind[keep]
+
+
+def _swept(seg, p: _Pieces, chosen, overlap, m: _Met, forms: RowForms, bq, bk):
+    """Ranges of the q tiles of the `chosen` pieces: per k tile, the regions meeting it in some piece, and
+    FULL where every piece of the q tile covers it."""
+    regions = len(forms.bits)
+    r, i = np.nonzero(m.met & chosen)
+    cr, ci = np.nonzero(m.covers & chosen)
+    # Counts per region (a region meets a k tile where its count > 0), then of the pieces covering the tile:
+    # a region covering the tile alone, one per piece unless two regions meet the tile there (corrected below).
+    counts = np.zeros((regions + 1, len(r) + len(cr)), dtype=np.int64)
+    counts[r, np.arange(len(r))] = 1
+    counts[regions, len(r):] = 1
+    key, first, last = p.gq[np.concatenate([i, ci])], np.concatenate([m.m0[r, i], m.f0[cr, ci]]), \
+        np.concatenate([m.m1[r, i], m.f1[cr, ci]])
+    if (overlap & chosen).any():
+        piece, tile, delta = _union_fixes(seg, p, overlap & chosen, m, bq, bk)
+        extra = np.zeros((regions + 1, len(piece)), dtype=np.int64)
+        extra[regions] = delta
+        key, first, last = np.concatenate([key, p.gq[piece]]), np.concatenate([first, tile]), \
+            np.concatenate([last, tile])
+        counts = np.concatenate([counts, extra], axis=1)
+    q, start, end, sums = _sweep(key, first, last, counts)
+    kind = ((sums[:regions] > 0) * forms.bits[:, None]).sum(axis=0).astype(np.uint32)
+    full = sums[regions] == p.per_tile[q]
+    visited = kind != 0
+    return q[visited], start[visited], end[visited] - 1, np.where(full, TileKind.FULL, kind)[visited].astype(np.uint32)
+
+
+def _union_fixes(seg, p: _Pieces, chosen, m: _Met, bq, bk):
+    """The k tiles two regions meet inside one of the `chosen` pieces, where only the union of a row's
+    intervals may cover the tile: (piece, tile, correction) with correction = covered (0 or 1) minus the
+    number of regions whose all-rows range counted the tile as covered already."""
+    shared = (m.pair_lo <= m.pair_hi) & chosen
+    j, i = np.nonzero(shared)
+    w, off = expand(m.pair_hi[j, i] - m.pair_lo[j, i] + 1)
+    piece, tile = i[w], m.pair_lo[j, i][w] + off
+    if (shared.sum(axis=0) > 1).any():  # a piece where several pairs overlap: each tile once
+        stride = int(tile.max()) + 1
+        key = np.sort(piece * stride + tile)
+        key = key[np.concatenate([[True], key[1:] != key[:-1]])]
+        piece, tile = key // stride, key % stride
+    alone = ((m.f0[:, piece] <= tile) & (tile <= m.f1[:, piece])).sum(axis=0)
+    return piece, tile, _covered_by_union(seg, p, piece, tile, bq, bk).astype(np.int64) - alone
+
+
+def _reach(applies, lo, hi, first):
+    """How far [first, reach) extends through a union of intervals [lo, hi) (axis 0: the regions): each round
+    follows one more interval of a chain, so after as many rounds as usable intervals all of them are."""
+    usable = applies & (lo < hi)
+    reach = first
+    for _ in range(int(usable.sum(axis=0).max(initial=0))):  # a chain has at most as many links as intervals
+        reach = np.maximum(reach, np.where(usable & (lo <= reach), hi, reach).max(axis=0))
+    return reach
+
+
+def _covered_by_union(seg, p: _Pieces, piece, tile, bq, bk) -> np.ndarray:
+    """Whether every row of each piece sees every key of k tile `tile` through the union of its regions'
+    intervals. Three pseudo-rows first: the first and the last row (if either is not covered, the piece is
+    not), and the intervals every row of the piece contains, [lo(last), hi(first)) (if those cover, every
+    row does). Only pieces neither settles go row by row."""
+    c = p.seg[piece]
+    ok, L, l, H, h, Hf = seg[:, :, c, None]
+    applies = ok != 0
+    first, end = tile[:, None] * bk, (tile[:, None] + 1) * bk
+    a, z = p.a[piece][:, None], p.b[piece][:, None] - 1
+    lo = np.maximum(L, np.concatenate([a, z, z], axis=1) + l)
+    hi = np.minimum(H, np.concatenate([a, z, a], axis=1) + h)
+    covered = _reach(applies, lo, hi, first) >= end
+    result = covered[:, 2] | (covered[:, 0] & covered[:, 1])
+    todo = np.nonzero(covered[:, 0] & covered[:, 1] & ~covered[:, 2])[0]
+    if len(todo):
+        x = a[todo] + np.arange(bq)[None, :]
+        lo, hi = np.maximum(L[:, todo], x + l[:, todo]), np.minimum(H[:, todo], x + h[:, todo])
+        result[todo] = ((_reach(applies[:, todo], lo, hi, first[todo]) >= end[todo]) | (x > z[todo])).all(axis=1)
+    # No ragged slot: a covered tile ends at or before some region's H, and so its Hf (H cut to the last whole
+    # k tile) when the tile is whole, never when it is not.
+    return result & (end[:, 0] <= Hf.max(axis=0)[:, 0])
