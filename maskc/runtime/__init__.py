@@ -248,7 +248,7 @@ class Attention:
         with cupy.cuda.Device(tq.device):  # CuPy's RawKernel keeps one driver function per device
             function = getattr(kernel, "kernel", kernel)
         prepared = PreparedLaunch(function.ptr, cupy.cuda.Device(tq.device), grid, family.threads, shared,
-                                  family.forward_args, args, ("o", "lse"), device_tables)
+                                  family.forward_args, args, ("o", "lse"), device_tables, cupy_kernel=kernel)
         return _Launch(prepared, tuple(tq.shape), lse_shape, caller_out, caller_lse)
 
 

@@ -31,10 +31,16 @@ class PreparedLaunch:
     """One kernel, its launch shape and its packed arguments; `launch` runs it on a stream."""
 
     def __init__(self, function_handle: int, device, grid: int, threads: int, shared: int,
-                 args: tuple[abi.Arg, ...], values: tuple, outputs: tuple[str, str], keep: object):
+                 args: tuple[abi.Arg, ...], values: tuple, outputs: tuple[str, str], keep: object,
+                 cupy_kernel=None):
         from cuda.bindings import driver
 
         self._driver = driver
+        # CuPy's launch of the same kernel, used if this cuda-bindings refuses the direct call (its Python
+        # API differs between versions): slower, never wrong.
+        self._cupy_kernel = cupy_kernel
+        self._cupy_args = list(values)
+        self._names = [a.name for a in args]
         self._function = driver.CUfunction(function_handle)
         self.device = device
         self.grid, self.threads, self.shared = grid, threads, shared
@@ -53,10 +59,28 @@ class PreparedLaunch:
             if lse_ptr is not None:
                 self._lse.value = lse_ptr
             with self.device:
-                (err,) = self._driver.cuLaunchKernel(self._function, self.grid, 1, 1, self.threads, 1, 1, self.shared,
-                                                     _stream(stream_handle), ctypes.addressof(self._addresses), 0)
+                if self._cupy_kernel is not None and getattr(self, "_use_cupy", False):
+                    return self._launch_with_cupy(stream_handle)
+                try:
+                    (err,) = self._driver.cuLaunchKernel(self._function, self.grid, 1, 1, self.threads, 1, 1,
+                                                         self.shared, _stream(stream_handle),
+                                                         ctypes.addressof(self._addresses), 0)
+                except (TypeError, ValueError, AttributeError):
+                    if self._cupy_kernel is None:
+                        raise
+                    self._use_cupy = True
+                    return self._launch_with_cupy(stream_handle)
         if err != self._driver.CUresult.CUDA_SUCCESS:
             raise RuntimeError(f"maskc: the kernel launch failed ({err.name})")
+
+    def _launch_with_cupy(self, stream_handle: int) -> None:
+        import cupy
+
+        args = self._cupy_args
+        args[self._names.index("o")] = np.uint64(self._out.value)
+        args[self._names.index("lse")] = np.uint64(self._lse.value)
+        stream = cupy.cuda.ExternalStream(stream_handle, self.device.id)
+        self._cupy_kernel((self.grid,), (self.threads,), tuple(args), shared_mem=self.shared, stream=stream)
 
 
 @lru_cache(maxsize=256)
