@@ -1,15 +1,17 @@
 """A kernel launch prepared once and repeated cheaply.
 
 The first call of a signature (tensors, runtime values, options) checks everything, plans and packs the
-arguments; this module keeps the packed arguments as ctypes values with the array of their addresses that
-`cuLaunchKernel` takes, so a repeated call rewrites at most the two output pointers and launches through
-the driver directly: no argument conversion, no planning, no host synchronisation (a repeated call can be
-captured in a CUDA graph).
+arguments; a repeated call rewrites at most the two output pointers and launches: no checks, no planning,
+no host synchronisation (it can be captured in a CUDA graph). The launch goes through CuPy by default. The
+packed arguments are also kept as ctypes values with the array of their addresses that `cuLaunchKernel`
+takes, for a direct driver launch without CuPy's per-argument conversion; that path is opt-in
+(`MASKC_DIRECT_LAUNCH=1`) until it has been run on a GPU.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from functools import lru_cache
 
@@ -36,9 +38,11 @@ class PreparedLaunch:
         from cuda.bindings import driver
 
         self._driver = driver
-        # CuPy's launch of the same kernel, used if this cuda-bindings refuses the direct call (its Python
-        # API differs between versions): slower, never wrong.
+        # CuPy's launch of the same packed arguments. It is the default until the direct driver launch below
+        # has been verified on a GPU (MASKC_DIRECT_LAUNCH=1 turns that on: see docs/hopper.md); it is also the
+        # fallback when this cuda-bindings refuses the direct call (its Python API differs between versions).
         self._cupy_kernel = cupy_kernel
+        self._use_cupy = cupy_kernel is not None and os.environ.get("MASKC_DIRECT_LAUNCH") != "1"
         self._cupy_args = list(values)
         self._names = [a.name for a in args]
         self._function = driver.CUfunction(function_handle)
@@ -59,7 +63,7 @@ class PreparedLaunch:
             if lse_ptr is not None:
                 self._lse.value = lse_ptr
             with self.device:
-                if self._cupy_kernel is not None and getattr(self, "_use_cupy", False):
+                if self._use_cupy:
                     return self._launch_with_cupy(stream_handle)
                 try:
                     (err,) = self._driver.cuLaunchKernel(self._function, self.grid, 1, 1, self.threads, 1, 1,
@@ -74,13 +78,19 @@ class PreparedLaunch:
             raise RuntimeError(f"maskc: the kernel launch failed ({err.name})")
 
     def _launch_with_cupy(self, stream_handle: int) -> None:
-        import cupy
 
         args = self._cupy_args
         args[self._names.index("o")] = np.uint64(self._out.value)
         args[self._names.index("lse")] = np.uint64(self._lse.value)
-        stream = cupy.cuda.ExternalStream(stream_handle, self.device.id)
+        stream = _cupy_stream(stream_handle, self.device.id)
         self._cupy_kernel((self.grid,), (self.threads,), tuple(args), shared_mem=self.shared, stream=stream)
+
+
+@lru_cache(maxsize=256)
+def _cupy_stream(handle: int, device: int):
+    import cupy
+
+    return cupy.cuda.ExternalStream(handle, device)
 
 
 @lru_cache(maxsize=256)
