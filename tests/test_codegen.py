@@ -106,7 +106,7 @@ def test_too_many_rules_is_a_mask_error():
     with pytest.raises(MaskError, match=f"more than {MAX_REGIONS} rules"):
         compile_text(f"mask t(n: int = 100)\nsegments:\n    S = n\nrules:\n{rules}")
     rules = "".join(f"    S -> S   where q - k == {i}\n" for i in range(MAX_REGIONS))
-    assert len(compile_text(f"mask t(n: int = 100)\nsegments:\n    S = n\nrules:\n{rules}").program.regions) == 32
+    assert len(compile_text(f"mask t(n: int = 100)\nsegments:\n    S = n\nrules:\n{rules}").program.regions) == 31
 
 
 def test_floor_division_of_values_that_may_be_negative_uses_the_helpers():

@@ -21,7 +21,8 @@ from maskc.ir.ops import BOOL, INT, spell
 from maskc.ir.ranges import Range, static_range
 from maskc.kernels.abi import SeqTable
 
-MAX_REGIONS = 32
+# At most 31 rules: a tile's kind keeps one bit per rule, and the standalone classifier's CLASS_FULL is bit 31.
+MAX_REGIONS = 31
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ class TileKind(enum.IntEnum):
 # The classes of the standalone planner's exact classifier (`classify_tile`, `<P>_classify`; u32 per tile):
 # CLASS_EMPTY when no pair is visible, CLASS_FULL when every pair is (and every key slot holds a token), else
 # the bits of the rules that make some pair visible. `<P>_build_descriptor` turns them into descriptor kinds.
-# (CLASS_FULL is bit 31: a mask with all 32 rules whose tile sees pairs through rule 31 alone reads as full.)
+# (CLASS_FULL is bit 31, above every rule's bit: codegen refuses more than 31 rules, MAX_REGIONS.)
 CLASS_EMPTY = 0
 CLASS_FULL = 1 << 31
 
