@@ -116,7 +116,7 @@ class CompiledMask:
         """Descriptor and kernel tables for these runtime values; cached by the values as given, so that a
         repeated call costs a lookup, not a layout of every sequence (changing a value never recompiles)."""
         offsets = np.zeros(len(sequences), dtype=np.int64) if token_offsets is None else np.asarray(token_offsets, np.int64)
-        key = (tuple(_frozen(s) for s in sequences), offsets.tobytes())
+        key = (tuple(frozen_values(s) for s in sequences), offsets.tobytes())
         hit = self._plans.get(key)
         if hit is not None:
             self._plans.move_to_end(key)
@@ -130,14 +130,14 @@ class CompiledMask:
         return result
 
 
-def _frozen(value) -> object:
+def frozen_values(value) -> object:
     """A hashable form of runtime values that keeps types apart (True is not 1, 1 is not 1.0)."""
     if isinstance(value, dict):
-        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+        return tuple(sorted((k, frozen_values(v)) for k, v in value.items()))
     if isinstance(value, np.ndarray):
         return ("ndarray", value.dtype.str, value.shape, value.tobytes())
     if isinstance(value, (list, tuple)):
-        return ("list", tuple(_frozen(v) for v in value))
+        return ("list", tuple(frozen_values(v) for v in value))
     return (type(value).__name__, value)
 
 

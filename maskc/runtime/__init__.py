@@ -15,9 +15,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from maskc.compiler import CompiledMask
+from maskc.compiler import CompiledMask, frozen_values
 from maskc.kernels import abi
-from maskc.runtime.launch import PreparedLaunch, current_stream_handle
+from maskc.runtime.launch import PreparedLaunch, cupy_stream, current_stream_handle
 from maskc.runtime.tensor_maps import tensor_map
 
 _ELEMENT_BYTES = 2
@@ -309,7 +309,7 @@ def _call_key(q, k, v, cu_seqlens, scale, out, lse, params) -> tuple | None:
             else:
                 return None
         if params:
-            parts.append(_frozen_params(params))
+            parts.append(frozen_values(params))
         key = tuple(parts)
         hash(key)
         return key
@@ -323,28 +323,6 @@ def _tensor_key(x) -> tuple:
             raise TypeError  # never cached: the checked path raises
         return (x.data_ptr(), x.shape, x.stride(), x.dtype, x.device)
     return (x.data.ptr, x.shape, x.strides, x.dtype.str, x.device.id)
-
-
-def _frozen_params(params: dict) -> tuple:
-    out = []
-    for name in sorted(params):
-        value = params[name]
-        if isinstance(value, np.ndarray):
-            value = ("ndarray", value.dtype.str, value.shape, value.tobytes())
-        elif isinstance(value, (list, tuple)):
-            value = ("list", _freeze(value))
-        else:
-            value = (type(value).__name__, value)
-        out.append((name, value))
-    return tuple(out)
-
-
-def _freeze(value):
-    if isinstance(value, (list, tuple)):
-        return tuple(_freeze(v) for v in value)
-    if isinstance(value, np.ndarray):
-        return ("ndarray", value.dtype.str, value.shape, value.tobytes())
-    return (type(value).__name__, value)
 
 
 def _pointer(x) -> int:
@@ -362,29 +340,9 @@ def _empty_like(q, shape, dtype):
         return cupy.empty(shape, dtype=q.dtype if dtype is None else cupy.float32)
 
 
-_streams: dict = {}
-
-
-def _stream_of(q):
-    """The caller's current stream, as CuPy wants it (torch's current stream for torch tensors)."""
-    import cupy
-
-    if type(q).__module__.startswith("torch"):
-        import torch
-
-        handle = torch.cuda.current_stream(q.device).cuda_stream
-        device = q.device.index or 0
-        stream = _streams.get((handle, device))
-        if stream is None:
-            if len(_streams) > 64:
-                _streams.clear()
-            stream = _streams[(handle, device)] = cupy.cuda.ExternalStream(handle, device)
-        return stream
-    return cupy.cuda.get_current_stream(q.device.id)
-
-
 def _stream(t: _Tensor):
-    return _stream_of(t.obj)
+    """The caller's current stream as a CuPy stream (torch's current stream for torch tensors)."""
+    return cupy_stream(current_stream_handle(t.obj), t.device)
 
 
 @lru_cache(maxsize=None)
@@ -396,21 +354,10 @@ def _multiprocessors(device: int) -> int:
 
 def _outputs(tq: _Tensor, out, lse, lse_shape) -> tuple[_Tensor, _Tensor]:
     """The output buffers: the caller's (checked), or new ones like q."""
-    if tq.library == "torch":
-        import torch
-
-        if out is None:
-            out = torch.empty(tq.shape, dtype=tq.obj.dtype, device=tq.obj.device)
-        if lse is None:
-            lse = torch.empty(lse_shape, dtype=torch.float32, device=tq.obj.device)
-    else:
-        import cupy
-
-        with cupy.cuda.Device(tq.device):
-            if out is None:
-                out = cupy.empty(tq.shape, dtype=tq.obj.dtype)
-            if lse is None:
-                lse = cupy.empty(lse_shape, dtype=cupy.float32)
+    if out is None:
+        out = _empty_like(tq.obj, tq.shape, None)
+    if lse is None:
+        lse = _empty_like(tq.obj, lse_shape, "float32")
     to, tl = _describe(out, "out"), _describe(lse, "lse")
     if to.shape != tq.shape or to.dtype != tq.dtype or to.device != tq.device or to.library != tq.library:
         raise ValueError(f"out must be like q ({tq.library}, {tq.dtype}, {list(tq.shape)}), got "

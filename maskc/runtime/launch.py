@@ -44,15 +44,14 @@ class PreparedLaunch:
         self._cupy_kernel = cupy_kernel
         self._use_cupy = cupy_kernel is not None and os.environ.get("MASKC_DIRECT_LAUNCH") != "1"
         self._cupy_args = list(values)
-        self._names = [a.name for a in args]
         self._function = driver.CUfunction(function_handle)
         self.device = device
         self.grid, self.threads, self.shared = grid, threads, shared
         self._values = [_ctype_value(a, v) for a, v in zip(args, values)]
         self._addresses = (ctypes.c_void_p * len(self._values))(*(ctypes.addressof(v) for v in self._values))
         names = [a.name for a in args]
-        self._out = self._values[names.index(outputs[0])]
-        self._lse = self._values[names.index(outputs[1])]
+        self._out_index, self._lse_index = names.index(outputs[0]), names.index(outputs[1])
+        self._out, self._lse = self._values[self._out_index], self._values[self._lse_index]
         self._lock = threading.Lock()  # the output slots are shared by every call of this launch
         self._keep = keep  # device tables the arguments point to: alive as long as this launch
 
@@ -80,14 +79,15 @@ class PreparedLaunch:
     def _launch_with_cupy(self, stream_handle: int) -> None:
 
         args = self._cupy_args
-        args[self._names.index("o")] = np.uint64(self._out.value)
-        args[self._names.index("lse")] = np.uint64(self._lse.value)
-        stream = _cupy_stream(stream_handle, self.device.id)
+        args[self._out_index] = np.uint64(self._out.value)
+        args[self._lse_index] = np.uint64(self._lse.value)
+        stream = cupy_stream(stream_handle, self.device.id)
         self._cupy_kernel((self.grid,), (self.threads,), tuple(args), shared_mem=self.shared, stream=stream)
 
 
 @lru_cache(maxsize=256)
-def _cupy_stream(handle: int, device: int):
+def cupy_stream(handle: int, device: int):
+    """A stream handle as CuPy's stream object (made once per handle)."""
     import cupy
 
     return cupy.cuda.ExternalStream(handle, device)
