@@ -52,19 +52,16 @@ class KernelFamily:
 
     def q_stages(self, options: KernelOptions) -> int:
         """Q tiles in shared memory: `q_buffers`, or fewer where they would not fit (head dim 256)."""
-        block_q, block_k = options.tile
-        kv = options.kv_stages_or(self.k_buffers) + options.kv_stages_or(self.v_buffers)
-        for stages in range(self.q_buffers, 1, -1):
-            elements = (stages * block_q + kv * block_k) * options.head_dim
-            if elements * ELEMENT_BYTES + self.extra_shared_bytes <= MAX_SHARED_BYTES:
-                return stages
-        return 1
+        return next((q for q in range(self.q_buffers, 1, -1) if self._bytes(options, q) <= MAX_SHARED_BYTES), 1)
 
     def shared_memory_bytes(self, options: KernelOptions) -> int:
+        return self._bytes(options, self.q_stages(options))
+
+    def _bytes(self, options: KernelOptions, q_tiles: int) -> int:
+        """Shared memory for q_tiles Q tiles, the K and V tiles of the pipeline, and the extra bytes."""
         block_q, block_k = options.tile
-        kv = options.kv_stages_or(self.k_buffers) + options.kv_stages_or(self.v_buffers)
-        elements = (self.q_stages(options) * block_q + kv * block_k) * options.head_dim
-        return elements * ELEMENT_BYTES + self.extra_shared_bytes
+        kv_tiles = options.kv_stages_or(self.k_buffers) + options.kv_stages_or(self.v_buffers)
+        return (q_tiles * block_q + kv_tiles * block_k) * options.head_dim * ELEMENT_BYTES + self.extra_shared_bytes
 
     def grid(self, work_items: int, num_heads: int, sm_count: int) -> int:
         pairs = work_items * num_heads
@@ -132,6 +129,7 @@ class KernelOptions:
 
     def __post_init__(self):
         family = family_for(self.arch)
+        object.__setattr__(self, "family", family)
         if self.dtype not in family.dtypes:
             raise ValueError(f"dtype must be one of {list(family.dtypes)}, got {self.dtype!r}")
         if self.head_dim not in family.head_dims:
@@ -146,11 +144,9 @@ class KernelOptions:
             if self.kv_stages not in family.kv_stage_choices:
                 raise ValueError(f"kv_stages must be one of {list(family.kv_stage_choices)} on {self.arch} "
                                  f"(the {family.name} kernels), got {self.kv_stages}")
-            object.__setattr__(self, "family", family)
             if family.shared_memory_bytes(self) > MAX_SHARED_BYTES:
                 raise ValueError(f"{self.kv_stages} K/V stages of {self.tile[1]} keys at head dim {self.head_dim} do "
                                  f"not fit in {MAX_SHARED_BYTES // 1024} KB of shared memory")
-        object.__setattr__(self, "family", family)
 
     def kv_stages_or(self, default: int) -> int:
         return self.kv_stages or default
