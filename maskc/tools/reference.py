@@ -1,5 +1,5 @@
-"""Brute-force definitions: the exact boolean mask, dense reference attention, and a CPU model of the
-kernel's tile loop. Everything faster in maskc is tested against these.
+"""Brute-force definitions: the exact boolean mask, dense reference attention and its gradients, and CPU
+models of the kernels' tile loops (forward and backward). Everything faster in maskc is tested against these.
 """
 
 from __future__ import annotations
@@ -95,3 +95,65 @@ def simulate(program: ir.Program, desc, layouts: list[ConcreteLayout], values: l
         outs[b][rows] = np.where(seen[:, None], acc / np.where(seen, l_sum, 1)[:, None], 0)
         lses[b][rows] = np.where(seen, (m + np.log2(np.where(seen, l_sum, 1))) / log2e, -np.inf)
     return outs, lses
+
+
+def attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, scale: float,
+                       d_out: np.ndarray):
+    """The gradients of `attention` in float64 for one sequence and one head: (dQ, dK, dV). Rows with no
+    visible key contribute nothing (their output is the constant 0)."""
+    q64, k64, v64, do64 = (x.astype(np.float64) for x in (q, k, v, d_out))
+    s = np.where(mask, (q64 @ k64.T) * scale, -np.inf)
+    m = s.max(axis=1, keepdims=True, initial=-np.inf)
+    p = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+    p /= np.maximum(p.sum(axis=1, keepdims=True), np.finfo(np.float64).tiny)
+    d_p = do64 @ v64.T
+    d_s = p * (d_p - (p * d_p).sum(axis=1, keepdims=True))
+    return (d_s @ k64) * scale, (d_s.T @ q64) * scale, p.T @ do64
+
+
+def simulate_backward(program: ir.Program, desc, key_desc, layouts: list[ConcreteLayout],
+                      values: list[SequenceValues], q, k, v, o, lse, d_out, scale: float):
+    """A CPU model of the backward kernels' tile loops, in float32, per sequence (lists of [n, D] arrays;
+    lse [n] in natural log, -inf for rows that see no key):
+
+    - the dQ kernel: per query tile of `desc`, delta = rowsum(dO * O), then over the listed key tiles
+      P = exp2(S * scale * log2 e - LSE * log2 e), dS = P * (dO V^T - delta), dQ += scale * dS K;
+    - the dK/dV kernel: per key tile of `key_desc` (the transpose), over the listed query tiles,
+      dV += P^T dO and dK += scale * dS^T Q.
+
+    Full tiles apply no mask, partial tiles only the regions their kind names, as in the forward model.
+    If this matches the dense gradients, both lists and the recomputation from LSE are right."""
+    log2e = np.float32(np.log2(np.e))
+    scale_log2 = np.float32(scale * log2e)
+    dqs = [np.zeros(x.shape, np.float32) for x in q]
+    dks = [np.zeros(x.shape, np.float32) for x in k]
+    dvs = [np.zeros(x.shape, np.float32) for x in v]
+    # LSE in the log2 domain; +inf for a row that sees no key, so that its P is 0 everywhere.
+    lse2 = [np.where(np.isneginf(x), np.inf, x * log2e).astype(np.float32) for x in lse]
+    delta = [(d_out[b].astype(np.float32) * o[b].astype(np.float32)).sum(axis=1) for b in range(len(layouts))]
+
+    def tile_grads(b, q_tile, k_tile, kind):
+        """(rows, cols, P, dS) of one tile pair, rows and cols the tokens with a slot."""
+        rows = desc.tokens("q", b, np.array([q_tile]))[0]
+        cols = desc.tokens("k", b, np.array([k_tile]))[0]
+        rows, cols = rows[rows >= 0], cols[cols >= 0]
+        s = (q[b][rows].astype(np.float32) @ k[b][cols].astype(np.float32).T) * scale_log2
+        if kind != TileKind.FULL:
+            chosen = [program.regions[r] for r in TileKind.rules(kind)]
+            s = np.where(visible(program, layouts[b], values[b], rows[:, None], cols[None, :], regions=chosen), s, -np.inf)
+        p = np.exp2(s - lse2[b][rows][:, None])
+        d_p = d_out[b][rows].astype(np.float32) @ v[b][cols].astype(np.float32).T
+        return rows, cols, p, p * (d_p - delta[b][rows][:, None])
+
+    for w in range(len(desc.work_seq)):
+        b, qt = int(desc.work_seq[w]), int(desc.work_qtile[w])
+        for j in range(desc.row_ptr[w], desc.row_ptr[w + 1]):
+            rows, cols, _, d_s = tile_grads(b, qt, int(desc.k_tile[j]), int(desc.kind[j]))
+            dqs[b][rows] += scale * (d_s @ k[b][cols].astype(np.float32))
+    for w in range(len(key_desc.work_seq)):
+        b, kt = int(key_desc.work_seq[w]), int(key_desc.work_ktile[w])
+        for j in range(key_desc.col_ptr[w], key_desc.col_ptr[w + 1]):
+            rows, cols, p, d_s = tile_grads(b, int(key_desc.q_tile[j]), kt, int(key_desc.kind[j]))
+            dvs[b][cols] += p.T @ d_out[b][rows].astype(np.float32)
+            dks[b][cols] += scale * (d_s.T @ q[b][rows].astype(np.float32))
+    return dqs, dks, dvs

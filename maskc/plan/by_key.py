@@ -1,0 +1,57 @@
+"""The descriptor seen from the keys: what the backward pass's dK/dV kernel walks.
+
+The forward descriptor lists, per query tile, the key tiles it visits and their kinds. dK and dV are sums
+over queries, so their kernel needs the transpose: per key tile, the query tiles that see it, with the same
+kinds (a tile pair's kind does not depend on the direction it is walked in). It is computed from the forward
+descriptor, never planned again: one planning per runtime values serves both passes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from maskc.plan.planner import Descriptor
+
+
+@dataclass(frozen=True)
+class KeyDescriptor:
+    """CSR of query tiles per key tile, every key tile of every sequence listed once (a key tile no query
+    sees is a work item with no query tiles: its dK and dV are zeros), most work first, query tiles
+    ascending inside each."""
+
+    work_seq: np.ndarray  # int32 [W]: the sequence of each work item (one key tile)
+    work_ktile: np.ndarray  # int32 [W]: the key tile inside its sequence
+    col_ptr: np.ndarray  # int32 [W + 1]: the query tiles of item w are q_tile[col_ptr[w] : col_ptr[w + 1]]
+    q_tile: np.ndarray  # int32 [nnz]
+    kind: np.ndarray  # like Descriptor.kind
+
+    def tiles_of(self, seq: int, ktile: int) -> tuple[np.ndarray, np.ndarray]:
+        """The (query tiles, kinds) that see one key tile."""
+        w = np.nonzero((self.work_seq == seq) & (self.work_ktile == ktile))[0][0]
+        lo, hi = self.col_ptr[w], self.col_ptr[w + 1]
+        return self.q_tile[lo:hi], self.kind[lo:hi]
+
+
+def by_key(desc: Descriptor) -> KeyDescriptor:
+    """The transpose of `desc`."""
+    k_tiles = desc.blocks.tiles("k").astype(np.int64)
+    k_base = np.concatenate([[0], np.cumsum(k_tiles)]).astype(np.int64)  # global key tile of tile 0 per sequence
+    per_item = np.diff(desc.row_ptr.astype(np.int64))
+    seq = np.repeat(desc.work_seq.astype(np.int64), per_item)
+    q_tile = np.repeat(desc.work_qtile, per_item)
+    global_k = k_base[seq] + desc.k_tile
+    counts = np.bincount(global_k, minlength=int(k_base[-1])).astype(np.int64)
+    visit = np.argsort(-counts, kind="stable")  # most work first, as the forward kernels visit query tiles
+    rank = np.empty_like(visit)
+    rank[visit] = np.arange(len(visit))
+    order = np.lexsort((q_tile, rank[global_k]))
+    work_seq = (np.searchsorted(k_base, visit, side="right") - 1).astype(np.int32)
+    return KeyDescriptor(
+        work_seq=work_seq,
+        work_ktile=(visit - k_base[work_seq]).astype(np.int32),
+        col_ptr=np.concatenate([[0], np.cumsum(counts[visit])]).astype(np.int32),
+        q_tile=q_tile[order].astype(np.int32),
+        kind=desc.kind[order],
+    )
