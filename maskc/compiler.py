@@ -27,6 +27,7 @@ from maskc.plan.layout import (
     concrete_layout,
     validate_values,
 )
+from maskc.plan.by_key import KeyTables, by_key, key_tables
 from maskc.plan.planner import Descriptor, KernelTables, TileConfig, kernel_tables, plan
 from maskc.plan.tiling import Tiling, tiling_for
 
@@ -70,6 +71,7 @@ class CompiledMask:
     source: str
     code: MaskCode
     _plans: OrderedDict = field(default_factory=OrderedDict, repr=False)
+    _key_tables: dict = field(default_factory=dict, repr=False)
 
     @property
     def name(self) -> str:
@@ -87,12 +89,33 @@ class CompiledMask:
     def shared_memory_bytes(self) -> int:
         return self.options.family.shared_memory_bytes(self.options)
 
-    def build(self, emit: str = "cubin") -> Artifact:
-        return compile_source(self.source, self.options.arch, name=f"{self.name}.cu", emit=emit)
+    def build(self, emit: str = "cubin", direction: str | None = None) -> Artifact:
+        """The file built with NVRTC: every kernel in it, or one direction's (`fwd` or `bwd`) -- a process
+        that only runs the forward never waits for the backward kernels to compile."""
+        only = {None: (), "fwd": ("-DMASKC_FORWARD_ONLY",), "bwd": ("-DMASKC_BACKWARD_ONLY",)}[direction]
+        suffix = f".{direction}" if direction else ""
+        return compile_source(self.source, self.options.arch, name=f"{self.name}{suffix}.cu", emit=emit,
+                              extra_options=only)
 
     @cached_property
     def cubin(self) -> Path:
-        return self.build("cubin").path
+        """The forward kernel."""
+        return self.build("cubin", "fwd").path
+
+    @cached_property
+    def backward_cubin(self) -> Path:
+        """The backward kernels (`backward_names`); a ValueError where the family has none for these options."""
+        if self.options.backward is None:
+            o = self.options
+            raise ValueError(f"no backward kernels for head dim {o.head_dim} in the {o.family.name} family "
+                             f"(they support head dims {list(o.family.backward.head_dims) if o.family.backward else []})")
+        return self.build("cubin", "bwd").path
+
+    @property
+    def backward_names(self) -> tuple[str, str]:
+        """The dQ kernel, then the dK/dV kernel."""
+        return (kernel_name(self.program.name, self.options, "bwd_dq"),
+                kernel_name(self.program.name, self.options, "bwd_dkdv"))
 
     # -- planning -----------------------------------------------------------------------------------
 
@@ -127,6 +150,17 @@ class CompiledMask:
         self._plans[key] = result
         if len(self._plans) > PLAN_CACHE_SIZE:
             self._plans.popitem(last=False)
+        return result
+
+    def key_tables(self, desc: Descriptor, tables: KernelTables) -> KeyTables:
+        """The backward pass's tables by key tile: the transpose of a descriptor `tables` returned, made once."""
+        hit = self._key_tables.get(id(desc))
+        if hit is not None and hit[0] is desc:
+            return hit[1]
+        result = key_tables(by_key(desc), tables.kinds.dtype)
+        if len(self._key_tables) > PLAN_CACHE_SIZE:
+            self._key_tables.clear()
+        self._key_tables[id(desc)] = (desc, result)  # holds desc, so its id is not reused while cached
         return result
 
 

@@ -162,6 +162,30 @@ PERSISTENT = (
 SM80_FORWARD_ARGS = TENSORS + OUTPUTS + TENSOR_STRIDES + OUTPUT_STRIDES + HEADS + DESCRIPTOR + SEQUENCES
 SM90A_FORWARD_ARGS = TENSOR_MAPS + OUTPUTS + OUTPUT_STRIDES + HEADS + PERSISTENT + DESCRIPTOR + SEQUENCES
 
+# The backward pass: two kernels with this one argument list, the dQ kernel first (it writes `delta`, which the
+# dK/dV kernel reads). `d_out` is spelled `dout` (`do` is a C keyword).
+BACKWARD_TENSORS = TENSORS + (
+    Arg("o", "const u16*", "the forward's output, addressed like q"),
+    Arg("dout", "const u16*", "the gradient of the loss with respect to o, addressed like q"),
+    Arg("lse", "const float*", "the forward's log-sum-exp, as the forward writes it"),
+    Arg("delta", "float*", "scratch written by the dQ kernel, read by the dK/dV kernel: rowsum(dout * o), "
+                           "addressed like lse"),
+    Arg("dq", "u16*", "gradient of q (written), addressed like q"),
+    Arg("dk", "u16*", "gradient of k (written), addressed like k; summed over the query heads of a key head"),
+    Arg("dv", "u16*", "gradient of v (written), addressed like v"),
+)
+BACKWARD_STRIDES = (TENSOR_STRIDES + _strides("o", "o") + _strides("dout", "dout") + OUTPUT_STRIDES[-2:]
+                    + _strides("dq", "dq") + _strides("dk", "dk") + _strides("dv", "dv"))
+KEY_DESCRIPTOR = (
+    Arg("key_work", "const int*", "[key_items][2] (sequence, key tile) in visiting order: the descriptor by key tile"),
+    Arg("col_ptr", "const int*", "[key_items + 1]: the query tiles that see key item w are q_tiles[col_ptr[w] : col_ptr[w + 1]]"),
+    Arg("q_tiles", "const int*", "query tile index inside the sequence"),
+    Arg("q_kinds", "const kind_t*", "per listed query tile: its kind, as in `kinds`"),
+)
+BACKWARD_ARGS = (BACKWARD_TENSORS + BACKWARD_STRIDES + HEADS
+                 + (Arg("scale", "float", "softmax scale (dQ and dK are multiplied by it)", "f32"),)
+                 + DESCRIPTOR + KEY_DESCRIPTOR + SEQUENCES)
+
 
 @dataclass(frozen=True)
 class SeqTable:

@@ -23,6 +23,39 @@ DTYPES = {"bf16": "bf16", "fp16": "f16"}  # option name -> PTX type name
 
 
 @dataclass(frozen=True)
+class BackwardKernels:
+    """The backward pass of a family: a dQ kernel over the forward descriptor, then a dK/dV kernel over the
+    descriptor by key tile, both taking `abi.BACKWARD_ARGS`. They run on the forward plan's tiles, walking a
+    key tile in chunks of `key_chunk` keys (one chunk per CTA in the dK/dV kernel)."""
+
+    template: str  # under templates/
+    summary: str
+    head_dims: tuple[int, ...]
+    threads: int = 128
+    key_chunk: int = 64
+
+    def shared_memory_bytes(self, options: KernelOptions, kernel: str) -> int:
+        """dQ: Q and dO tiles, two K chunks and a V chunk; dK/dV: a K and a V chunk, Q and dO tiles; both with
+        the LSE and delta of the query tile (fp32)."""
+        k_chunks = {"dq": 3, "dkdv": 2}[kernel]
+        return (2 * options.block_q + k_chunks * self.key_chunk) * options.head_dim * ELEMENT_BYTES + 2 * options.block_q * 4
+
+    def grid(self, kernel: str, options: KernelOptions, items: int, num_heads: int, kv_heads: int) -> int:
+        """dQ: one CTA per (query tile, query head); dK/dV: per (key chunk, key/value head)."""
+        if kernel == "dq":
+            return items * num_heads
+        return items * (options.block_k // self.key_chunk) * kv_heads
+
+
+PORTABLE_BACKWARD = BackwardKernels(
+    template="sm80/attention_bwd.cu.j2",
+    summary="portable: mma.sync, ldmatrix, cp.async; deterministic (no atomics: dQ over the forward descriptor, "
+            "dK and dV over the descriptor by key tile)",
+    head_dims=(64, 128),
+)
+
+
+@dataclass(frozen=True)
 class KernelFamily:
     name: str  # also the template folder: templates/<name>/attention_<direction>.cu.j2
     summary: str
@@ -46,6 +79,7 @@ class KernelFamily:
     producer_registers: int = 0
     consumer_registers: int = 0
     kv_stage_choices: tuple[int, ...] = ()  # K/V pipeline depths the template supports (option kv_stages)
+    backward: BackwardKernels | None = None
 
     def template(self, direction: str = "fwd") -> str:
         return f"{self.name}/attention_{direction}.cu.j2"
@@ -82,6 +116,7 @@ SM80 = KernelFamily(
     extra_shared_bytes=0,
     forward_args=abi.SM80_FORWARD_ARGS,
     min_blocks_per_sm=2,
+    backward=PORTABLE_BACKWARD,
 )
 
 SM90A = KernelFamily(
@@ -101,6 +136,7 @@ SM90A = KernelFamily(
     kv_stage_choices=(2, 3),
     producer_registers=24,
     consumer_registers=240,
+    backward=PORTABLE_BACKWARD,  # the portable backward kernels (mma.sync runs on sm_90a) until a wgmma one lands
 )
 
 FAMILIES = (SM80, SM90A)
@@ -147,6 +183,12 @@ class KernelOptions:
             if family.shared_memory_bytes(self) > MAX_SHARED_BYTES:
                 raise ValueError(f"{self.kv_stages} K/V stages of {self.tile[1]} keys at head dim {self.head_dim} do "
                                  f"not fit in {MAX_SHARED_BYTES // 1024} KB of shared memory")
+
+    @property
+    def backward(self) -> BackwardKernels | None:
+        """The family's backward kernels, if they support this head dim."""
+        bwd = self.family.backward
+        return bwd if bwd is not None and self.head_dim in bwd.head_dims else None
 
     def kv_stages_or(self, default: int) -> int:
         return self.kv_stages or default

@@ -55,3 +55,25 @@ def by_key(desc: Descriptor) -> KeyDescriptor:
         q_tile=q_tile[order].astype(np.int32),
         kind=desc.kind[order],
     )
+
+
+@dataclass(frozen=True)
+class KeyTables:
+    """The key descriptor as the dK/dV kernel reads it (`abi.KEY_DESCRIPTOR`)."""
+
+    key_work: np.ndarray  # int32 [W, 2]: (sequence, key tile)
+    col_ptr: np.ndarray  # int32 [W + 1]
+    q_tiles: np.ndarray  # int32 [nnz]
+    q_kinds: np.ndarray  # kind_t [nnz]
+
+    def arrays_in_order(self) -> tuple[np.ndarray, ...]:
+        return (self.key_work, self.col_ptr, self.q_tiles, self.q_kinds)
+
+
+def key_tables(key_desc: KeyDescriptor, kind_dtype: np.dtype) -> KeyTables:
+    return KeyTables(
+        key_work=np.stack([key_desc.work_seq, key_desc.work_ktile], axis=1).astype(np.int32).reshape(-1, 2),
+        col_ptr=key_desc.col_ptr,
+        q_tiles=key_desc.q_tile,
+        q_kinds=key_desc.kind.astype(kind_dtype, copy=False),
+    )

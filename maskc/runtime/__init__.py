@@ -126,6 +126,12 @@ class Attention:
 
     def __call__(self, q, k, v, *, cu_seqlens=None, scale: float | None = None, return_lse: bool = False,
                  out=None, lse=None, **params):
+        if _wants_grad(q, k, v):
+            from maskc.runtime.autograd import attention_with_grad
+
+            if out is not None or lse is not None:
+                raise ValueError("out= and lse= cannot be given when q, k or v requires grad (autograd owns the outputs)")
+            return attention_with_grad(self, q, k, v, cu_seqlens, scale, return_lse, params)
         key = _call_key(q, k, v, cu_seqlens, scale, out, lse, params)
         prepared = self._launches.get(key) if key is not None else None
         if prepared is not None:
@@ -137,15 +143,11 @@ class Attention:
                 self._launches.popitem(last=False)
         return result.outputs(return_lse)
 
-    def _call(self, q, k, v, cu_seqlens, scale, out, lse, params) -> _Result:
-        """The checked call: validate, plan (or find the plan), prepare the launch and launch it."""
+    def _inputs(self, q, k, v, cu_seqlens, scale, params) -> _Inputs:
+        """q, k, v, cu_seqlens, scale and runtime values, checked (a ValueError names what is wrong)."""
         o = self.compiled.options
         tq, tk, tv = _describe(q, "q"), _describe(k, "k"), _describe(v, "v")
         for t in (tq, tk, tv):
-            if t.requires_grad:
-                raise NotImplementedError(
-                    f"{t.name} requires grad, but maskc implements the forward pass only (no backward yet); "
-                    "call it under torch.no_grad() or detach the inputs")
             if t.dtype != o.dtype:
                 raise ValueError(f"{t.name} is {t.dtype}, but this kernel was compiled for {o.dtype}")
             if t.device != tq.device or t.library != tq.library:
@@ -190,15 +192,73 @@ class Attention:
         if math.prod(tq.shape) >= 2**63:
             raise ValueError("q is too large: tokens x heads x head_dim must stay below 2^63")
 
-        sequences = self.sequences(lengths, params)
-        desc, tables, _ = self.compiled.tables(sequences, offsets)
-        lse_shape = (tq.shape[-2], tq.shape[0]) if packed else (len(lengths), tq.shape[-2], tq.shape[1])
+        return _Inputs(tq, tk, tv, packed, scale, lengths, offsets, self.sequences(lengths, params))
+
+    def _call(self, q, k, v, cu_seqlens, scale, out, lse, params) -> _Result:
+        """The checked call: validate, plan (or find the plan), prepare the launch and launch it."""
+        x = self._inputs(q, k, v, cu_seqlens, scale, params)
+        tq, tk, tv = x.q, x.k, x.v
+        desc, tables, _ = self.compiled.tables(x.sequences, x.offsets)
         caller_out, caller_lse = out is not None, lse is not None
-        to, tl = _outputs(tq, out, lse, lse_shape)
-        launch = self._prepare(tq, tk, tv, to, tl, packed, desc, tables, scale, lse_shape, caller_out, caller_lse)
+        to, tl = _outputs(tq, out, lse, x.lse_shape)
+        launch = self._prepare(tq, tk, tv, to, tl, x.packed, desc, tables, x.scale, x.lse_shape, caller_out, caller_lse)
         if launch is not None:
             launch.launch(tq.obj, to.obj, tl.obj)
         return _Result(launch, to.obj, tl.obj)
+
+    def backward(self, q, k, v, out, lse, d_out, *, cu_seqlens=None, scale: float | None = None, **params):
+        """The gradients of a call: given q, k, v and the keywords of `attn(q, k, v, return_lse=True, ...)`, its
+        outputs `out` and `lse`, and `d_out`, the gradient of the loss with respect to `out`, returns
+        `(dq, dk, dv)` shaped like q, k and v (dk and dv summed over the query heads that share a key head).
+
+        Deterministic: no atomics, so the same inputs give the same bits. This is the pair CuPy users call
+        by hand; with torch tensors that require grad, calling `attn` records it for autograd instead."""
+        compiled, options = self.compiled, self.compiled.options
+        if options.backward is None:
+            compiled.backward_cubin  # raises: no backward kernels for these options
+        x = self._inputs(q, k, v, cu_seqlens, scale, params)
+        tq, tk, tv = x.q, x.k, x.v
+        to, tdo = _describe(out, "out"), _describe(d_out, "d_out")
+        for t in (to, tdo):
+            if t.shape != tq.shape or t.dtype != tq.dtype or t.device != tq.device or t.library != tq.library:
+                raise ValueError(f"{t.name} must be like q ({tq.library}, {tq.dtype}, {list(tq.shape)}), got "
+                                 f"{t.library}, {t.dtype}, {list(t.shape)}")
+            if t.strides[-1] != 1 or t.ptr % _ALIGN or any(s % (_ALIGN // _ELEMENT_BYTES) for s in t.strides[:-1]):
+                raise ValueError(f"{t.name}'s last dimension must be contiguous and its rows 16-byte aligned "
+                                 "(data pointer and strides multiples of 8 elements)")
+        tl = _describe(lse, "lse")
+        _check_lse(tl, tq, x.lse_shape)
+        grads = tuple(_empty_like(t.obj, t.shape, None) for t in (tq, tk, tv))
+        desc, tables, _ = compiled.tables(x.sequences, x.offsets)
+        hq, hkv = tq.shape[-2], tk.shape[-2]
+        if len(desc.work_seq) == 0 or hq == 0:
+            return grads
+        key_tables = compiled.key_tables(desc, tables)
+        stream = _stream(tq)
+        delta = _empty_like(tq.obj, x.lse_shape, "float32")
+        tdq, tdk, tdv = (_describe(g, name) for g, name in zip(grads, ("dq", "dk", "dv")))
+        named = {"q": tq, "k": tk, "v": tv, "o": to, "dout": tdo, "dq": tdq, "dk": tdk, "dv": tdv}
+        values = {name: t.ptr for name, t in named.items()} | {"lse": tl.ptr, "delta": _pointer(delta)}
+        for name, t in named.items():
+            values.update({f"{name}_stride_{d}": s for d, s in zip("bth", _token_strides(t, x.packed))})
+        values.update(zip(("lse_stride_b", "lse_stride_h"), _lse_strides(tq, x.packed)))
+        values.update(num_heads=hq, kv_group=hq // hkv, scale_log2=x.scale * math.log2(math.e), scale=x.scale)
+        values.update(zip(("work", "row_ptr", "k_tiles", "kinds", "seq_table", "seg_start", "seg_code", "arrays"),
+                          (a.data.ptr for a in _upload(tables, tq.device, stream))))
+        values.update(zip(("key_work", "col_ptr", "q_tiles", "q_kinds"),
+                          (a.data.ptr for a in _upload(key_tables, tq.device, stream))))
+        args = abi.pack(abi.BACKWARD_ARGS, values)
+        import cupy
+
+        bwd = options.backward
+        items = {"dq": len(desc.work_seq), "dkdv": len(key_tables.col_ptr) - 1}
+        for kernel, name in zip(("dq", "dkdv"), compiled.backward_names):  # dQ first: it writes delta
+            shared = bwd.shared_memory_bytes(options, kernel)
+            _, function = _module(str(compiled.backward_cubin), name, shared, tq.device)
+            grid = bwd.grid(kernel, options, items[kernel], hq, hkv)
+            with cupy.cuda.Device(tq.device):
+                function((grid,), (bwd.threads,), args, shared_mem=shared, stream=stream)
+        return grads
 
     def _prepare(self, tq, tk, tv, to, tl, packed, desc, tables, scale, lse_shape, caller_out, caller_lse):
         """Everything a launch needs, packed once; None when there is nothing to launch."""
@@ -208,12 +268,8 @@ class Attention:
         family = options.family
         hq, hkv = tq.shape[-2], tk.shape[-2]
         stream = _stream(tq)
-        if packed:  # [T, H, D]: no sequence stride; LSE is [H, T]
-            strides = {t: (0,) + x.strides[:2] for t, x in (("q", tq), ("k", tk), ("v", tv), ("o", to))}
-            lse_strides = (0, tq.shape[0])
-        else:  # [B, N, H, D]; LSE is [B, H, N]
-            strides = {t: x.strides[:3] for t, x in (("q", tq), ("k", tk), ("v", tv), ("o", to))}
-            lse_strides = (hq * tq.shape[1], tq.shape[1])
+        strides = {t: _token_strides(x, packed) for t, x in (("q", tq), ("k", tk), ("v", tv), ("o", to))}
+        lse_strides = _lse_strides(tq, packed)
         work_items = len(desc.work_seq)
         if work_items == 0 or hq == 0:
             return None
@@ -250,6 +306,45 @@ class Attention:
         prepared = PreparedLaunch(function.ptr, cupy.cuda.Device(tq.device), grid, family.threads, shared,
                                   family.forward_args, args, ("o", "lse"), device_tables, cupy_kernel=kernel)
         return _Launch(prepared, tuple(tq.shape), lse_shape, caller_out, caller_lse)
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """A call's inputs after the checks."""
+
+    q: _Tensor
+    k: _Tensor
+    v: _Tensor
+    packed: bool  # a jagged batch ([T, H, D] with cu_seqlens), else padded ([B, N, H, D])
+    scale: float
+    lengths: list[int]
+    offsets: np.ndarray  # token offset of each sequence
+    sequences: list[dict[str, object]]  # runtime values per sequence
+
+    @property
+    def lse_shape(self) -> tuple[int, ...]:
+        """LSE is [H, T] for a packed batch, [B, H, N] for a padded one."""
+        q = self.q
+        return (q.shape[-2], q.shape[0]) if self.packed else (len(self.lengths), q.shape[-2], q.shape[1])
+
+
+def _token_strides(t: _Tensor, packed: bool) -> tuple[int, int, int]:
+    """(sequence, token, head) strides: [T, H, D] has no sequence stride."""
+    return (0,) + t.strides[:2] if packed else t.strides[:3]
+
+
+def _lse_strides(tq: _Tensor, packed: bool) -> tuple[int, int]:
+    """(sequence, head) strides of a contiguous LSE: [H, T] packed, [B, H, N] padded."""
+    return (0, tq.shape[0]) if packed else (tq.shape[-2] * tq.shape[1], tq.shape[1])
+
+
+def _wants_grad(q, k, v) -> bool:
+    """Whether autograd must record the call: torch tensors, one of which requires grad, grad mode on."""
+    if not type(q).__module__.startswith("torch"):
+        return False
+    import torch
+
+    return torch.is_grad_enabled() and any(getattr(x, "requires_grad", False) for x in (q, k, v))
 
 
 @dataclass
@@ -319,8 +414,6 @@ def _call_key(q, k, v, cu_seqlens, scale, out, lse, params) -> tuple | None:
 
 def _tensor_key(x) -> tuple:
     if type(x).__module__.startswith("torch"):
-        if x.requires_grad:
-            raise TypeError  # never cached: the checked path raises
         return (x.data_ptr(), x.shape, x.stride(), x.dtype, x.device)
     return (x.data.ptr, x.shape, x.strides, x.dtype.str, x.device.id)
 
@@ -364,11 +457,16 @@ def _outputs(tq: _Tensor, out, lse, lse_shape) -> tuple[_Tensor, _Tensor]:
                          f"{to.library}, {to.dtype}, {list(to.shape)}")
     if to.strides[-1] != 1 or to.ptr % 4 or any(s % 2 for s in to.strides[:-1]):
         raise ValueError("out's last dimension must be contiguous and its rows 4-byte aligned")
+    _check_lse(tl, tq, lse_shape)
+    return to, tl
+
+
+def _check_lse(tl: _Tensor, tq: _Tensor, lse_shape) -> None:
     expected = tuple(int(x) for x in lse_shape)
     contiguous = tuple(int(x) for x in np.cumprod((1,) + expected[::-1])[:-1][::-1])
-    if tl.shape != expected or tl.dtype != "float32" or tl.strides != contiguous or tl.device != tq.device:
+    if (tl.shape != expected or tl.dtype != "float32" or tl.strides != contiguous or tl.device != tq.device
+            or tl.library != tq.library):
         raise ValueError(f"lse must be a contiguous float32 tensor of shape {list(expected)} on q's device")
-    return to, tl
 
 
 def _is_per_sequence(value, depth: int) -> bool:
