@@ -1,0 +1,168 @@
+"""Gradients on the GPU: every example against a float64 reference, through autograd (torch) and through the
+CuPy forward/backward pair, with fresh random inputs, ragged packed and padded batches, GQA and empty rows.
+
+Pass rule (FlashAttention's for gradients): for each of dQ, dK, dV,
+max |dX - dX_ref| <= 2 x max |dX_lowp - dX_ref| + 1e-4, where dX_ref is the float64 gradient and dX_lowp the
+gradient of the same attention computed by PyTorch in the input precision. Tokens that see nothing (rows with
+no visible key, keys no query sees) get exactly 0, and nothing is NaN. Run with `pytest -m gpu`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from small_configs import SMALL
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("cupy")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+import maskc  # noqa: E402
+from maskc.tools.reference import dense_mask  # noqa: E402
+
+from test_kernels import EXAMPLES, FAMILIES, TORCH_DTYPE  # noqa: E402
+
+
+def reference_attention(q, k, v, mask, scale, upcast: bool):
+    """[N, H, D] tensors, an [N, N] mask -> O [N, H, D]; differentiable, and free of NaN for rows that see
+    nothing (their P is 0, so is their output and every gradient through them)."""
+    dt = torch.float64 if upcast else q.dtype
+    qh, kh, vh = (x.to(dt).transpose(0, 1) for x in (q, k, v))
+    if kh.shape[0] != qh.shape[0]:
+        rep = qh.shape[0] // kh.shape[0]
+        kh, vh = kh.repeat_interleave(rep, 0), vh.repeat_interleave(rep, 0)
+    s = (qh @ kh.transpose(1, 2)) * scale if upcast else (qh @ kh.transpose(1, 2)).float() * scale
+    s = s.masked_fill(~mask, float("-inf"))
+    m = s.amax(dim=-1, keepdim=True).detach()
+    p = torch.exp(s - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
+    p = p / p.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(p.dtype).tiny)
+    return (p.to(dt) @ vh).transpose(0, 1)
+
+
+def reference_grads(q, k, v, d_out, mask, scale, upcast: bool):
+    leaves = [x.detach().clone().requires_grad_(True) for x in (q, k, v)]
+    out = reference_attention(*leaves, mask, scale, upcast)
+    out.backward(d_out.to(out.dtype))
+    return [x.grad for x in leaves]
+
+
+def make_case(name, head_dim=128, dtype="bf16", heads=(4, 4), packed=True, seed=0, arch=None, sequences=None):
+    consts, small = SMALL[name]
+    sequences = sequences or small
+    attn = maskc.load(EXAMPLES / f"{name}.mask", head_dim=head_dim, dtype=dtype, arch=arch or FAMILIES[0], **consts)
+    values, layouts = attn.compiled.bind(sequences)
+    lengths = [lay.n for lay in layouts]
+    if not packed and len(set(lengths)) != 1:
+        pytest.skip("a padded batch needs equal lengths")
+    masks = [dense_mask(attn.program, lay, val) for lay, val in zip(layouts, values)]
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    hq, hkv = heads
+    shape = (sum(lengths),) if packed else (len(lengths), lengths[0])
+    q, d_out = (torch.randn(*shape, hq, head_dim, device="cuda", dtype=TORCH_DTYPE[dtype], generator=gen) for _ in range(2))
+    k, v = (torch.randn(*shape, hkv, head_dim, device="cuda", dtype=TORCH_DTYPE[dtype], generator=gen) for _ in range(2))
+    params = {p.name: [val.arrays[p.name].tolist() if p.type.depth else val.scalars[p.name] for val in values]
+              for p in attn.program.runtime_params}
+    cu = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32) if packed else None
+    return attn, (q, k, v, d_out), dict(cu_seqlens=cu, **params), masks, lengths
+
+
+def poison_allocator():
+    """Fill memory the caching allocator will hand out next with NaN: every gradient element must be written."""
+    junk = torch.full((64 << 20,), float("nan"), device="cuda", dtype=torch.float32)
+    del junk
+
+
+def check_grads(grads, tensors, masks, lengths, scale, packed):
+    q, k, v, d_out = tensors
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    for g, what in zip(grads, ("dq", "dk", "dv")):
+        assert not torch.isnan(g).any(), f"NaN in {what}"
+    for b, mask_np in enumerate(masks):
+        n = lengths[b]
+        if n == 0:
+            continue
+        sel = slice(offsets[b], offsets[b + 1]) if packed else slice(0, n)
+        part = [x[sel] if packed else x[b, sel] for x in (q, k, v, d_out)]
+        got = [g[sel] if packed else g[b, sel] for g in grads]
+        mask = torch.from_numpy(mask_np).to(q.device)
+        ref = reference_grads(*part[:3], part[3], mask, scale, upcast=True)
+        low = reference_grads(*part[:3], part[3], mask, scale, upcast=False)
+        for what, x, r, lo in zip(("dq", "dk", "dv"), got, ref, low):
+            err = (x.double() - r).abs().max().item()
+            bound = 2 * (lo.double() - r).abs().max().item() + 1e-4
+            assert err <= bound, f"sequence {b}: {what} max error {err:.3g} > bound {bound:.3g}"
+        unseen_rows, unseen_keys = ~mask.any(dim=1), ~mask.any(dim=0)
+        assert (got[0][unseen_rows] == 0).all(), f"sequence {b}: rows that see no key must get dq = 0"
+        assert (got[1][unseen_keys] == 0).all() and (got[2][unseen_keys] == 0).all(), \
+            f"sequence {b}: keys no query sees must get dk = dv = 0"
+
+
+def run_autograd(name, **kw):
+    attn, tensors, call, masks, lengths = make_case(name, **kw)
+    q, k, v, d_out = tensors
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    out = attn(*leaves, **call)
+    assert out.requires_grad
+    poison_allocator()
+    out.backward(d_out)
+    torch.cuda.synchronize()
+    head_dim = q.shape[-1]
+    check_grads([x.grad for x in leaves], tensors, masks, lengths, 1.0 / math.sqrt(head_dim), call["cu_seqlens"] is not None)
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_gradients_bf16_hd128_packed(name, arch):
+    run_autograd(name, arch=arch)
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+@pytest.mark.parametrize("name", ["causal", "document", "clear_text", "rm_shared", "tree", "block_sparse", "natten2d"])
+def test_gradients_fp16_hd64_gqa(name, arch):
+    run_autograd(name, head_dim=64, dtype="fp16", heads=(6, 2), seed=1, arch=arch)
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+@pytest.mark.parametrize("name", ["hstu", "natten2d", "sliding_window", "clear"])
+def test_gradients_padded_batch(name, arch):
+    run_autograd(name, packed=False, seed=2, arch=arch)
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+@pytest.mark.parametrize("name, sequences", [("causal", [{"n": 3001}]), ("document", [{"docs": [900, 5, 1400, 700]}])])
+def test_gradients_longer_sequences(name, sequences, arch):
+    run_autograd(name, sequences=sequences, heads=(4, 1), seed=3, arch=arch)
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_backward_is_deterministic_and_the_cupy_pair_matches_autograd(arch):
+    import cupy
+
+    attn, tensors, call, masks, lengths = make_case("shared_prompt", heads=(4, 2), seed=4, arch=arch)
+    q, k, v, d_out = tensors
+    out, lse = attn(q, k, v, return_lse=True, **call)
+    first = attn.backward(q, k, v, out, lse, d_out, **call)
+    second = attn.backward(q, k, v, out, lse, d_out, **call)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b), "the backward pass must give the same bits on the same inputs"
+    as_cupy = [cupy.from_dlpack(x) for x in (q, k, v, d_out)]
+    cu = cupy.asarray(call["cu_seqlens"].numpy())
+    params = {name: value for name, value in call.items() if name != "cu_seqlens"}
+    o_c, lse_c = attn(*as_cupy[:3], cu_seqlens=cu, return_lse=True, **params)
+    grads_c = attn.backward(*as_cupy[:3], o_c, lse_c, as_cupy[3], cu_seqlens=cu, **params)
+    for a, b in zip(first, grads_c):
+        assert torch.equal(a, torch.from_dlpack(b)), "CuPy and torch take the same kernels"
+
+
+def test_backward_checks_its_inputs():
+    attn, tensors, call, _, _ = make_case("causal")
+    q, k, v, d_out = tensors
+    out, lse = attn(q, k, v, return_lse=True, **call)
+    with pytest.raises(ValueError, match="d_out must be like q"):
+        attn.backward(q, k, v, out, lse, d_out[:-1], **call)
+    with pytest.raises(ValueError, match="lse must be a contiguous float32"):
+        attn.backward(q, k, v, out, lse.double(), d_out, **call)
+    with pytest.raises(ValueError, match="out= and lse= cannot be given"):
+        attn(q.requires_grad_(True), k, v, out=torch.empty_like(q), **call)
