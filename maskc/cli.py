@@ -370,9 +370,11 @@ def explain_command(mask, n, params, png, dump_mask):
               "GPU and mask: the Hopper kernels, sm_90a, on an H100/H200; the portable ones elsewhere).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs and row samples.")
 @click.option("--cpu", "force_cpu", is_flag=True, help="Check on the CPU even when a GPU is usable.")
+@click.option("--backward", is_flag=True, help="Also run the backward pass (GPU): check dq, dk and dv against "
+              "float32 autograd and time the backward and forward + backward.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @reporting_errors
-def run_command(mask, n, params, batch, heads, kv_heads, head_dim, dtype, arch, seed, force_cpu, as_json):
+def run_command(mask, n, params, batch, heads, kv_heads, head_dim, dtype, arch, seed, force_cpu, backward, as_json):
     """Run MASK on fresh random inputs and check the result.
 
     On a GPU (PyTorch and CuPy installed): launch the kernel, compare with float32 attention (every row of
@@ -395,7 +397,7 @@ def run_command(mask, n, params, batch, heads, kv_heads, head_dim, dtype, arch, 
     problem = "--cpu was given" if force_cpu else trial.gpu_problem()
     if problem is None:
         result = trial.run_on_gpu(program, consts, sequences, origin, heads=heads, kv_heads=kv_heads or heads,
-                                  head_dim=int(head_dim), dtype=dtype, seed=seed, arch=arch)
+                                  head_dim=int(head_dim), dtype=dtype, seed=seed, arch=arch, backward=backward)
     else:
         click.echo(f"maskc run: no GPU run ({problem}); checking on the CPU instead", err=True)
         try:
@@ -403,7 +405,7 @@ def run_command(mask, n, params, batch, heads, kv_heads, head_dim, dtype, arch, 
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
         compiled = compile_program(program, options, consts)
-        result = trial.run_on_cpu(compiled, sequences, origin, seed=seed)
+        result = trial.run_on_cpu(compiled, sequences, origin, seed=seed, backward=backward)
     echo(json.dumps(result.as_json(), sort_keys=True) if as_json else "\n".join(result.lines()))
     if not result.passed:
         raise SystemExit(1)

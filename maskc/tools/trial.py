@@ -21,14 +21,17 @@ from maskc.kernels import KernelOptions, TileKind
 from maskc.plan.layout import ConcreteLayout, SequenceValues
 from maskc.plan.planner import Descriptor
 from maskc.tools.explain import VisitedTiles, tile_tokens, visible_per_tile
-from maskc.tools.reference import attention, simulate, visible
+from maskc.plan.by_key import by_key
+from maskc.tools.reference import attention, attention_backward, simulate, simulate_backward, visible
 
 CPU_PAIR_BUDGET = 1 << 25  # (query row, key) pairs checked by brute force on the CPU, over all sequences
 CPU_MAX_TOKENS = 1 << 18  # the CPU model holds q, k and v of every sequence in float32
 CPU_TOLERANCE = 1e-4  # float32 tile loop against float64 attention, inputs ~ N(0, 1)
+CPU_GRAD_TOKENS = 4096  # the CPU model of the backward pass runs on every row and key: short batches only
 GPU_EXACT_ROWS = 1024  # sequences up to this length are checked on every row
 GPU_SAMPLED_ROWS = 256  # longer ones on this many random rows, plus the first and the last
 GPU_WARMUP, GPU_REPEATS = 3, 20
+GPU_GRAD_EXACT = 4096  # dk and dv (a sum over every row) are checked on sequences up to this length
 
 
 def gpu_problem() -> str | None:
@@ -88,10 +91,16 @@ class CpuCheck:
     max_error: float = 0.0
     lse_error: float = 0.0
     tolerance: float = CPU_TOLERANCE
+    # --backward: the backward kernels' cubin, and the CPU model of their tile loops against dense gradients
+    # (max relative error of dq, dk, dv), or why it did not run.
+    backward_cubin_bytes: int = 0
+    grad_error: float | None = None
+    backward_skipped: str = ""
 
     @property
     def passed(self) -> bool:
-        return not self.descriptor_problems and self.max_error <= self.tolerance and self.lse_error <= self.tolerance
+        return (not self.descriptor_problems and self.max_error <= self.tolerance and self.lse_error <= self.tolerance
+                and (self.grad_error is None or self.grad_error <= self.tolerance))
 
     def lines(self) -> list[str]:
         everything = self.rows_checked == self.rows_total
@@ -110,6 +119,13 @@ class CpuCheck:
         out.append(f"  tile loop    max |O - O_ref| = {self.max_error:.2e}, max |LSE - LSE_ref| = {self.lse_error:.2e} "
                    f"(float32 CPU model of the kernel vs float64 attention, one head of dim {self.head_dim}, "
                    f"tolerance {self.tolerance:.0e})")
+        if self.backward_cubin_bytes:
+            out.append(f"  backward     built: {self.backward_cubin_bytes:,} bytes of cubin")
+        if self.grad_error is not None:
+            out.append(f"  gradients    max |dX - dX_ref| / max |dX_ref| = {self.grad_error:.2e} over dq, dk, dv (float32 "
+                       f"CPU model of the backward kernels vs float64, every row and key, tolerance {self.tolerance:.0e})")
+        elif self.backward_skipped:
+            out.append(f"  gradients    not checked: {self.backward_skipped}")
         out.append("passed" if self.passed else "FAILED")
         return out
 
@@ -167,14 +183,14 @@ def _descriptor_problems(desc: Descriptor, work: int, n: int, truth: np.ndarray)
 
 
 def run_on_cpu(compiled: CompiledMask, sequences: list[dict[str, object]], origin: str, seed: int = 0,
-               budget: int = CPU_PAIR_BUDGET) -> CpuCheck:
+               budget: int = CPU_PAIR_BUDGET, backward: bool = False) -> CpuCheck:
     program, options = compiled.program, compiled.options
     desc, layouts, values = compiled.plan(sequences)
     lengths = [lay.n for lay in layouts]
     if sum(lengths) > CPU_MAX_TOKENS:
         raise ValueError(f"{sum(lengths):,} tokens are too many for the CPU check (at most {CPU_MAX_TOKENS:,}); "
                          "give a smaller --n or --batch")
-    cubin = compiled.build("cubin").path  # the kernel cannot run here, but it must build
+    cubin = compiled.cubin  # the kernel cannot run here, but it must build
     rng = np.random.default_rng(seed)
     chosen = sample_work(desc, layouts, budget, rng)
     # The rows (query tokens) of each chosen work item, and their true mask over every key.
@@ -203,7 +219,31 @@ def run_on_cpu(compiled: CompiledMask, sequences: list[dict[str, object]], origi
         o_ref, lse_ref = attention(qs[b][seq_rows], ks[b], vs[b], truth, scale)
         check.max_error = max(check.max_error, _max_abs(outs[b][seq_rows], o_ref))
         check.lse_error = max(check.lse_error, _max_abs(lses[b][seq_rows], lse_ref))
+    if backward:
+        check.backward_cubin_bytes = compiled.backward_cubin.stat().st_size
+        if sum(lengths) > CPU_GRAD_TOKENS:
+            check.backward_skipped = (f"{sum(lengths):,} tokens; the CPU model of the backward pass runs on up to "
+                                      f"{CPU_GRAD_TOKENS:,} (give a smaller --n or --batch)")
+        else:
+            check.grad_error = _cpu_grad_error(compiled, desc, layouts, values, qs, ks, vs, scale, rng)
     return check
+
+
+def _cpu_grad_error(compiled, desc, layouts, values, qs, ks, vs, scale, rng) -> float:
+    """The CPU model of the backward kernels against dense float64 gradients, every row and key."""
+    program = compiled.program
+    masks = [visible(program, lay, val, np.arange(lay.n)[:, None], np.arange(lay.n)[None, :])
+             for lay, val in zip(layouts, values)]
+    forward = [attention(qs[b], ks[b], vs[b], masks[b], scale) for b in range(len(layouts))]
+    d_out = [rng.standard_normal(x.shape, dtype=np.float32) for x in qs]
+    got = simulate_backward(program, desc, by_key(desc), layouts, values, qs, ks, vs,
+                            [f[0].astype(np.float32) for f in forward], [f[1] for f in forward], d_out, scale)
+    worst = 0.0
+    for b in range(len(layouts)):
+        want = attention_backward(qs[b], ks[b], vs[b], masks[b], scale, d_out[b])
+        for x, r in zip((got[0][b], got[1][b], got[2][b]), want):
+            worst = max(worst, _max_abs(x, r) / max(1.0, float(np.abs(r).max(initial=0))))
+    return worst
 
 
 def _real(tokens: np.ndarray) -> np.ndarray:
@@ -249,11 +289,12 @@ class GpuRun:
     milliseconds: float
     visible_pairs: int
     tflops: float
+    backward: BackwardRun | None = None
 
     @property
     def passed(self) -> bool:
         return (not self.nan and self.empty_rows_ok and self.max_error <= self.error_bound
-                and self.lse_error <= 1e-3)
+                and self.lse_error <= 1e-3 and (self.backward is None or self.backward.passed))
 
     def lines(self) -> list[str]:
         return [
@@ -266,6 +307,7 @@ class GpuRun:
             *([] if self.empty_rows_ok else ["  rows that see no key are not 0 with LSE = -inf"]),
             f"  time     {self.milliseconds:.3f} ms (median of {GPU_REPEATS} launches), "
             f"{self.tflops:.1f} TFLOP/s effective ({self.visible_pairs:,} visible pairs)",
+            *(self.backward.lines(self.dtype) if self.backward else []),
             "passed" if self.passed else "FAILED",
         ]
 
@@ -273,8 +315,38 @@ class GpuRun:
         return {**asdict(self), "passed": self.passed}
 
 
+@dataclass
+class BackwardRun:
+    """`maskc run --backward`: the gradients checked and timed."""
+
+    errors: dict[str, float]  # max |dX - dX_ref| for dq, dk, dv
+    bounds: dict[str, float]  # twice PyTorch's own error in the input precision, plus 1e-4
+    rows_checked: int
+    keys_checked: int
+    nan: bool
+    milliseconds: float  # the backward alone
+    step_milliseconds: float  # forward and backward
+    tflops: float  # the backward counted as 2.5 forward passes
+    step_tflops: float
+
+    @property
+    def passed(self) -> bool:
+        return not self.nan and all(self.errors[x] <= self.bounds[x] for x in self.errors)
+
+    def lines(self, dtype: str) -> list[str]:
+        errors = ", ".join(f"max |{x} - {x}_ref| = {self.errors[x]:.2e} (bound {self.bounds[x]:.2e})" for x in self.errors)
+        return [
+            f"  gradient {errors}; twice the error of PyTorch in {dtype}, against float32, on {self.rows_checked:,} "
+            f"query rows (dq) and {self.keys_checked:,} keys (dk, dv: sequences up to {GPU_GRAD_EXACT:,} tokens)",
+            *(["  NaN in a gradient"] if self.nan else []),
+            f"  backward {self.milliseconds:.3f} ms, {self.tflops:.1f} TFLOP/s effective (2.5 x the forward's work); "
+            f"forward + backward {self.step_milliseconds:.3f} ms, {self.step_tflops:.1f} TFLOP/s",
+        ]
+
+
 def run_on_gpu(program: ir.Program, consts: dict[str, object], sequences: list[dict[str, object]], origin: str, *,
-               heads: int, kv_heads: int, head_dim: int, dtype: str, seed: int, arch: str | None = None) -> GpuRun:
+               heads: int, kv_heads: int, head_dim: int, dtype: str, seed: int, arch: str | None = None,
+               backward: bool = False) -> GpuRun:
     import torch
 
     from maskc.runtime import Attention, default_arch
@@ -307,25 +379,110 @@ def run_on_gpu(program: ir.Program, consts: dict[str, object], sequences: list[d
     torch.cuda.synchronize()
     errors = _gpu_errors(program, layouts, values, offsets, q, k, v, out, lse, 1.0 / math.sqrt(head_dim), seed)
 
+    ms = _median_ms(launch)
+    desc, _, _ = compiled.tables(sequences, offsets[:-1])
+    visible_pairs = int(visible_per_tile(program, desc, layouts, values, VisitedTiles.of(desc)).sum())
+    forward_flops = 4 * visible_pairs * head_dim * heads
+    run = GpuRun(
+        mask=program.name, device=torch.cuda.get_device_name(), arch=compiled.options.arch,
+        sizes=_describe_sizes(lengths, origin), heads=heads, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype,
+        **errors, milliseconds=ms, visible_pairs=visible_pairs, tflops=_tflops(forward_flops, ms),
+    )
+    if backward:
+        d_out = torch.randn(q.shape, device="cuda", dtype=torch_dtype, generator=gen)
+
+        def launch_backward():
+            return attn.backward(q, k, v, out, lse, d_out, cu_seqlens=cu_seqlens, **params)
+
+        grads = launch_backward()
+        torch.cuda.synchronize()
+        checked = _gpu_grad_errors(program, layouts, values, offsets, q, k, v, d_out, grads, 1.0 / math.sqrt(head_dim), seed)
+        back_ms = _median_ms(launch_backward)
+        step_ms = _median_ms(lambda: (launch(), launch_backward()))
+        run.backward = BackwardRun(**checked, milliseconds=back_ms, step_milliseconds=step_ms,
+                                   tflops=_tflops(2.5 * forward_flops, back_ms),
+                                   step_tflops=_tflops(3.5 * forward_flops, step_ms))
+    return run
+
+
+def _median_ms(fn) -> float:
+    """The median time of `fn` on the GPU, in milliseconds, after a warm-up."""
+    import torch
+
     for _ in range(GPU_WARMUP):
-        launch()
+        fn()
     times = []
     for _ in range(GPU_REPEATS):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        launch()
+        fn()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
-    ms = statistics.median(times)
-    desc, _, _ = compiled.tables(sequences, offsets[:-1])
-    visible_pairs = int(visible_per_tile(program, desc, layouts, values, VisitedTiles.of(desc)).sum())
-    return GpuRun(
-        mask=program.name, device=torch.cuda.get_device_name(), arch=compiled.options.arch,
-        sizes=_describe_sizes(lengths, origin), heads=heads, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype,
-        **errors, milliseconds=ms, visible_pairs=visible_pairs,
-        tflops=4 * visible_pairs * head_dim * heads / (ms * 1e-3) / 1e12 if ms > 0 else 0.0,
-    )
+    return statistics.median(times)
+
+
+def _tflops(flops: float, ms: float) -> float:
+    return flops / (ms * 1e-3) / 1e12 if ms > 0 else 0.0
+
+
+def _gpu_grad_errors(program, layouts, values, offsets, q, k, v, d_out, grads, scale: float, seed: int) -> dict:
+    """Gradients against float32 autograd of dense attention, one head at a time: dq on the rows that
+    `_gpu_errors` samples (a row's dq needs only that row), dk and dv on every key of sequences up to
+    GPU_GRAD_EXACT tokens (a key's gradient needs every row). The bound is twice the error of PyTorch in the
+    input precision, plus 1e-4."""
+    import torch
+
+    rng = np.random.default_rng(seed)
+    heads, group = q.shape[1], q.shape[1] // k.shape[1]
+    names = ("dq", "dk", "dv")
+    errors, low = dict.fromkeys(names, 0.0), dict.fromkeys(names, 0.0)
+    rows_checked = keys_checked = 0
+
+    def dense_grads(qh, kh, vh, doh, mask, dt):
+        leaves = [x.detach().to(dt).requires_grad_(True) for x in (qh, kh, vh)]
+        s = ((leaves[0] @ leaves[1].T).float() * scale).masked_fill(~mask, float("-inf"))
+        m = s.amax(dim=-1, keepdim=True).detach()
+        p = torch.exp(s - torch.where(torch.isfinite(m), m, torch.zeros_like(m)))
+        p = p / p.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
+        (p.to(dt) @ leaves[2]).float().mul(doh.float()).sum().backward()
+        return [x.grad.float() for x in leaves]
+
+    for b, (lay, val) in enumerate(zip(layouts, values)):
+        n = lay.n
+        if n == 0:
+            continue
+        whole = n <= GPU_GRAD_EXACT
+        rows = np.arange(n) if n <= GPU_EXACT_ROWS or whole else \
+            np.unique(np.concatenate([[0, n - 1], rng.choice(n, GPU_SAMPLED_ROWS, replace=False)]))
+        rows_checked += len(rows)
+        keys_checked += n if whole else 0
+        mask = torch.from_numpy(visible(program, lay, val, rows[:, None], np.arange(n)[None, :])).cuda()
+        token = torch.from_numpy(offsets[b] + rows).cuda()
+        keys = slice(int(offsets[b]), int(offsets[b] + n))
+        for h in range(heads):
+            inputs = (q[token, h], k[keys, h // group], v[keys, h // group], d_out[token, h], mask)
+            ref = dense_grads(*inputs, torch.float32)
+            lowp = dense_grads(*inputs, q.dtype)
+            got = (grads[0][token, h], grads[1][keys, h // group], grads[2][keys, h // group])
+            for i, name in enumerate(names[:1] if not whole else names):
+                if i and group > 1:  # dk, dv sum over the query heads of a key head: compare once, on the last
+                    continue
+                errors[name] = max(errors[name], (got[i].float() - ref[i]).abs().max().item())
+                low[name] = max(low[name], (lowp[i] - ref[i]).abs().max().item())
+        if whole and group > 1:  # dk and dv of a shared key head: the sum over its query heads
+            for kv in range(k.shape[1]):
+                sums = [torch.zeros_like(k[keys, kv], dtype=torch.float32) for _ in range(4)]
+                for h in range(kv * group, (kv + 1) * group):
+                    inputs = (q[token, h], k[keys, kv], v[keys, kv], d_out[token, h], mask)
+                    ref, lowp = dense_grads(*inputs, torch.float32), dense_grads(*inputs, q.dtype)
+                    for j, x in enumerate((ref[1], ref[2], lowp[1], lowp[2])):
+                        sums[j] += x
+                for name, got, ref, lowp in (("dk", grads[1], sums[0], sums[2]), ("dv", grads[2], sums[1], sums[3])):
+                    errors[name] = max(errors[name], (got[keys, kv].float() - ref).abs().max().item())
+                    low[name] = max(low[name], (lowp - ref).abs().max().item())
+    return dict(errors=errors, bounds={x: 2 * low[x] + 1e-4 for x in names}, rows_checked=rows_checked,
+                keys_checked=keys_checked, nan=any(bool(torch.isnan(g).any()) for g in grads))
 
 
 def _gpu_errors(program, layouts: list[ConcreteLayout], values: list[SequenceValues], offsets: np.ndarray,
