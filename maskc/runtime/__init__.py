@@ -92,7 +92,11 @@ class Attention:
     """
 
     def __init__(self, compiled: CompiledMask):
+        from maskc.runtime import autograd
+
         self.compiled = compiled
+        self.handle = autograd.handle_of(self)  # how torch's custom ops name this mask (maskc.runtime.autograd)
+        autograd.register()
         # Launches prepared for recent call signatures (tensors, values, options): a repeated call skips
         # every check, the planning and the argument packing (see _call_key).
         self._launches: OrderedDict = OrderedDict()
@@ -110,7 +114,7 @@ class Attention:
     def sequences(self, lengths: list[int], params: dict[str, object]) -> list[dict[str, object]]:
         """Per-sequence runtime values from keyword arguments: broadcast, or one per sequence."""
         out = [{"n": int(n)} for n in lengths]
-        for name, value in params.items():
+        for name, value in plain_values(params).items():
             decl = self.program.param(name)
             if decl is None or name == "n":
                 known = ", ".join(p.name for p in self.program.runtime_params) or "none"
@@ -126,12 +130,22 @@ class Attention:
 
     def __call__(self, q, k, v, *, cu_seqlens=None, scale: float | None = None, return_lse: bool = False,
                  out=None, lse=None, **params):
-        if _wants_grad(q, k, v):
-            from maskc.runtime.autograd import attention_with_grad
+        if _through_torch_op(q, k, v):
+            from maskc.runtime import autograd
 
             if out is not None or lse is not None:
-                raise ValueError("out= and lse= cannot be given when q, k or v requires grad (autograd owns the outputs)")
-            return attention_with_grad(self, q, k, v, cu_seqlens, scale, return_lse, params)
+                raise ValueError("out= and lse= cannot be given when q, k or v requires grad or under torch.compile "
+                                 "(autograd owns the outputs)")
+            autograd.register()
+            return autograd.attention_op(self, q, k, v, cu_seqlens, scale, return_lse, params)
+        return self.forward(q, k, v, cu_seqlens=cu_seqlens, scale=scale, out=out, lse=lse, return_lse=return_lse,
+                            **params)
+
+    def forward(self, q, k, v, *, cu_seqlens=None, scale: float | None = None, out=None, lse=None,
+                return_lse: bool = True, **params):
+        """The call without autograd: `(out, lse)` (or out alone with `return_lse=False`), whatever requires
+        grad. With `backward`, the forward/backward pair CuPy users call by hand."""
+        params = plain_values(params)
         key = _call_key(q, k, v, cu_seqlens, scale, out, lse, params)
         prepared = self._launches.get(key) if key is not None else None
         if prepared is not None:
@@ -338,13 +352,16 @@ def _lse_strides(tq: _Tensor, packed: bool) -> tuple[int, int]:
     return (0, tq.shape[0]) if packed else (tq.shape[-2] * tq.shape[1], tq.shape[1])
 
 
-def _wants_grad(q, k, v) -> bool:
-    """Whether autograd must record the call: torch tensors, one of which requires grad, grad mode on."""
+def _through_torch_op(q, k, v) -> bool:
+    """Whether the call goes through maskc's torch custom op: torch tensors, and either torch.compile is
+    tracing or autograd must record the call (grad mode on, an input that requires grad)."""
     if not type(q).__module__.startswith("torch"):
         return False
     import torch
 
-    return torch.is_grad_enabled() and any(getattr(x, "requires_grad", False) for x in (q, k, v))
+    if torch.compiler.is_compiling():
+        return True
+    return torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
 
 
 @dataclass
@@ -467,6 +484,20 @@ def _check_lse(tl: _Tensor, tq: _Tensor, lse_shape) -> None:
     if (tl.shape != expected or tl.dtype != "float32" or tl.strides != contiguous or tl.device != tq.device
             or tl.library != tq.library):
         raise ValueError(f"lse must be a contiguous float32 tensor of shape {list(expected)} on q's device")
+
+
+def plain_values(params: dict) -> dict:
+    """Runtime values given as torch tensors or CuPy arrays, as the Python values they hold (so that a tensor
+    updated in place is read again, never cached by identity)."""
+    plain = {}
+    for name, value in params.items():
+        mod = type(value).__module__
+        if mod.startswith("torch"):
+            value = value.tolist()
+        elif mod.startswith("cupy"):
+            value = value.get().tolist()
+        plain[name] = value
+    return plain
 
 
 def _is_per_sequence(value, depth: int) -> bool:
