@@ -20,9 +20,18 @@ the error of the same rows computed by PyTorch in bf16/fp16, + 1e-5 (FlashAttent
 Timing: triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median").
 Effective TFLOP/s = 4 * visible pairs * head_dim * heads / time, visible pairs counted exactly from the mask.
 
+--backward adds training cost (fa4 is then left out, "n/a"). After the forward passes its check, dQ of the
+sampled rows is checked against autograd of dense float32 attention of those rows (a row's dQ depends on that
+row only); pass if max |dQ - dQ_ref| <= 2 x the error of the same in bf16/fp16 + 1e-4, and no NaN anywhere in
+dQ. Then three times: the forward alone (under torch.no_grad(), as without --backward), forward + backward
+(a fresh forward, then .backward(dO)), and the backward alone (one forward, then .backward(dO,
+retain_graph=True) repeated); do_bench sets the gradients to None before each timed call. The backward counts
+as 2.5 forward passes (FlashAttention's convention: five matrix products to the forward's two), so
+fwd+bwd TFLOP/s = 3.5 x forward flops / time and backward TFLOP/s = 2.5 x forward flops / time.
+
     python bench/harness.py [--workloads NAME ...] [--systems NAME ...] [--family auto|sm80|sm90a]
                             [--head-dim 64|128|256] [--dtype bf16|fp16] [--heads H] [--n N]
-                            [--sweep] [--first-call] [--json PATH] [--png PATH]
+                            [--sweep] [--first-call] [--backward] [--json PATH] [--png PATH]
 
 `--workloads` with no names skips the anchor table (e.g. `--workloads --sweep`). The module imports without
 torch or a GPU (tests/test_bench_harness.py tests its pure parts on the CPU).
@@ -65,6 +74,7 @@ FAMILIES = {"auto": None, "sm80": "sm_80", "sm90a": "sm_90a"}
 SWEEP_N = (1024, 4096, 8192, 16384)
 SWEEP_WORKLOADS = ("causal", "full")
 BENCH = {"warmup": 25, "rep": 200, "return_mode": "median"}
+BACKWARD_FLOPS = 2.5  # the backward's work in forward passes: five matrix products to the forward's two
 DEVICE = "cuda"  # every tensor of the run lives here
 
 # ANCHORS.md's geometry at N = 32768.
@@ -296,6 +306,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=f"also causal and full at N = {', '.join(map(str, SWEEP_N))}")
     p.add_argument("--first-call", action="store_true",
                    help="also first-call costs (maskc cold and warm cache, Flex-Triton) and per-call host overhead")
+    p.add_argument("--backward", action="store_true",
+                   help="also forward + backward and backward alone (dQ checked first; fa4 left out)")
     p.add_argument("--json", metavar="PATH", help="write every number here (rewritten as the run goes)")
     p.add_argument("--png", metavar="PATH", help="bar plot of effective TFLOP/s (matplotlib)")
     p.add_argument("--first-call-child", metavar="CONFIG", help=argparse.SUPPRESS)
@@ -308,6 +320,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 def tflops(pairs: float, heads: int, head_dim: int, ms: float) -> float:
     """Effective TFLOP/s: 4 * visible pairs * head_dim * heads / time (two matrix products of 2 flops)."""
     return 4.0 * pairs * head_dim * heads / (ms * 1e-3) / 1e12
+
+
+def training_tflops(pairs: float, heads: int, head_dim: int, bwd_ms: float, step_ms: float) -> dict:
+    """Backward-mode numbers of a system: the backward counted as 2.5 forward passes, forward + backward
+    (a training step of the attention) as 3.5."""
+    return {"bwd_ms": bwd_ms, "bwd_tflops": BACKWARD_FLOPS * tflops(pairs, heads, head_dim, bwd_ms),
+            "step_ms": step_ms, "step_tflops": (1 + BACKWARD_FLOPS) * tflops(pairs, heads, head_dim, step_ms)}
 
 
 def ratios(systems: dict) -> tuple:
@@ -359,6 +378,34 @@ def format_table(rows: list, systems: list, title: str) -> str:
     return "\n".join(lines)
 
 
+def backward_rows(rows: list, kind: str) -> list:
+    """The rows with each system's backward-mode numbers, kind "step" (forward + backward) or "bwd" (the
+    backward alone), in the places of the forward's, so that format_table and ratios read them unchanged. A
+    system whose forward did not pass has no backward status: its forward status stands for both."""
+    def numbers(res: dict) -> dict:
+        status = res.get("bwd_status", res.get("status"))
+        if status != "ok":
+            return {"status": status}
+        return {"status": "ok", "ms": res[f"{kind}_ms"], "tflops": res[f"{kind}_tflops"]}
+    return [{"label": r["label"], "visible": r.get("visible"),
+             "systems": {s: numbers(res) for s, res in r.get("systems", {}).items()}} for r in rows]
+
+
+def format_progress(label: str, system: str, res: dict) -> str:
+    """The line printed as each system finishes a workload."""
+    line = (f"{label:16s} {system:12s} {res['status']:7s} "
+            + (f"{res['tflops']:7.1f} TFLOP/s {res['ms']:9.3f} ms " if res["status"] == "ok" else "")
+            + (f"err {res['max_err']:.2e} <= {res['bound']:.2e} " if "max_err" in res else "")
+            + res.get("error", res.get("note", "")))
+    if "bwd_status" in res:
+        line += (f"| backward {res['bwd_status']} "
+                 + (f"fwd+bwd {res['step_tflops']:.1f} TFLOP/s {res['step_ms']:.3f} ms, "
+                    f"bwd {res['bwd_tflops']:.1f} TFLOP/s {res['bwd_ms']:.3f} ms " if res["bwd_status"] == "ok" else "")
+                 + (f"dQ err {res['dq_err']:.2e} <= {res['dq_bound']:.2e} " if "dq_err" in res else "")
+                 + res.get("bwd_error", ""))
+    return line
+
+
 def format_problems(rows: list) -> str:
     """One line per failed or erroring system (the table only says FAIL / err)."""
     lines = []
@@ -373,6 +420,11 @@ def format_problems(rows: list) -> str:
                                 f"{r.get('visible_pairs')})" if res.get("lse_count_agrees") is False else ""))
             elif res.get("status") == "error":
                 lines.append(f"{r['label']}/{s}: {res['error'][:200]}")
+            if res.get("bwd_status") == "FAILED":
+                lines.append(f"{r['label']}/{s}: backward FAILED max|dQ-dQ_ref| {res['dq_err']:.3e}, bound "
+                             f"{res['dq_bound']:.3e}" + (" (NaN in dQ)" if res.get("dq_nan") else ""))
+            elif res.get("bwd_status") == "error":
+                lines.append(f"{r['label']}/{s}: backward: {res['bwd_error'][:200]}")
     return "\n".join(lines)
 
 
@@ -476,21 +528,35 @@ class Inputs:
     ref: object  # float32 reference of the sampled rows, [R, H, D]
     bound: float  # the pass bound
     pairs: int  # exact visible (q, k) pairs, per head
+    d_out: object = None  # backward mode: the upstream gradient, [T, H, D]
+    dq_ref: object = None  # backward mode: float32 reference dQ of the sampled rows, [R, H, D]
+    dq_bound: float | None = None  # backward mode: its pass bound
     _bhsd: tuple | None = None
 
     def bhsd(self):
-        """Contiguous [1, H, T, D] copies (FlexAttention's layout), made once."""
+        """Contiguous [1, H, T, D] copies (FlexAttention's layout), made once. In backward mode they are
+        leaves of their own, so that a timed backward does not include copying gradients back to [T, H, D]."""
         if self._bhsd is None:
-            self._bhsd = tuple(x.unsqueeze(0).transpose(1, 2).contiguous() for x in (self.q, self.k, self.v))
+            self._bhsd = tuple(x.detach().unsqueeze(0).transpose(1, 2).contiguous().requires_grad_(x.requires_grad)
+                               for x in (self.q, self.k, self.v))
         return self._bhsd
+
+    def leaves(self) -> tuple:
+        """Every tensor a system's gradients land on."""
+        return (self.q, self.k, self.v, *(self._bhsd or ()))
+
+    def clear_grads(self) -> None:
+        for x in self.leaves():
+            x.grad = None
 
 
 @dataclass
 class Prepared:
     fn: object  # the timed call
-    to_thd: object  # its output -> [T, H, D]
+    to_thd: object  # its output -> [T, H, D] (a view)
     info: dict
     context: object = contextlib.nullcontext
+    grad_q: object = None  # backward mode: dQ as [T, H, D], read from the leaf it lands on
 
 
 class Context:
@@ -504,6 +570,7 @@ class Context:
         self.dtype_name = args.dtype
         self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
         self.arch = family_options(args.family)
+        self.backward = args.backward
         self.systems = list(args.systems)
         self.unavailable: dict[str, str] = {}
         self.notes: list[str] = []
@@ -523,6 +590,13 @@ class Context:
                 torch._dynamo.config.accumulated_recompile_limit = 1024
             except Exception as exc:  # noqa: BLE001
                 self.notes.append(f"dynamo's recompile limits unchanged ({_short(exc)})")
+            if self.backward:
+                # The backward alone is timed by repeating out.backward(retain_graph=True), which AOTAutograd
+                # refuses for a compiled backward that donates (frees) its saved buffers.
+                with contextlib.suppress(ImportError, AttributeError):  # a torch without donated buffers
+                    from torch._functorch import config as functorch_config
+
+                    functorch_config.donated_buffer = False
         if {"fa4", "flex-fa4"} & set(self.systems):
             try:
                 from flash_attn.cute import flash_attn_func
@@ -581,7 +655,27 @@ def reference(q, k, v, mask, pick) -> tuple:
     return ref, 2 * (low - ref).abs().max().item() + 1e-5
 
 
-def make_inputs(w: Workload, ctx: Context) -> Inputs:
+def reference_dq(q, k, v, d_out, mask, pick) -> tuple:
+    """dQ of the sampled rows by autograd of dense float32 attention (a row's dQ depends only on its own q,
+    mask row and upstream gradient, and on every k and v), and the pass bound: 2 x the error of the same
+    computed in q's dtype (bf16/fp16 products, fp32 softmax) + 1e-4."""
+    import torch
+
+    scale = 1.0 / math.sqrt(q.shape[-1])
+
+    def dq(h: int, dtype):
+        qh = q[pick, h].to(dtype).requires_grad_()
+        s = (qh @ k[:, h].to(dtype).T).float() * scale
+        p = torch.softmax(s.masked_fill(~mask, float("-inf")), -1)
+        (p.to(dtype) @ v[:, h].to(dtype)).backward(d_out[pick, h].to(dtype))
+        return qh.grad.float().nan_to_num(0)  # a row that sees no key has O = 0 whatever its q: dQ = 0
+
+    ref = torch.stack([dq(h, torch.float32) for h in range(q.shape[1])], 1)
+    low = torch.stack([dq(h, q.dtype) for h in range(q.shape[1])], 1)
+    return ref, 2 * (low - ref).abs().max().item() + 1e-4
+
+
+def make_inputs(w: Workload, ctx: Context, backward: bool = False) -> Inputs:
     import torch
 
     T = w.n
@@ -593,7 +687,13 @@ def make_inputs(w: Workload, ctx: Context) -> Inputs:
     pick = torch.as_tensor(pick, device=DEVICE)
     rows_mask = torch.broadcast_to(mod(0, 0, pick[:, None], torch.arange(T, device=DEVICE)[None, :]), (len(pick), T))
     ref, bound = reference(q, k, v, rows_mask, pick)
-    return Inputs(q, k, v, cu, pick, ref, bound, count_pairs(mod, T, DEVICE))
+    inp = Inputs(q, k, v, cu, pick, ref, bound, count_pairs(mod, T, DEVICE))
+    if backward:
+        inp.d_out = torch.randn_like(q)
+        inp.dq_ref, inp.dq_bound = reference_dq(q, k, v, inp.d_out, rows_mask, pick)
+        for x in (q, k, v):
+            x.requires_grad_()  # after the references: the systems' gradients land here (Flex's: bhsd())
+    return inp
 
 
 def check(out_thd, inp: Inputs) -> dict:
@@ -603,6 +703,15 @@ def check(out_thd, inp: Inputs) -> dict:
     err = (out_thd[inp.pick].float() - inp.ref).abs().max().item()
     nan = bool(torch.isnan(out_thd).any().item())
     return {"max_err": err, "bound": inp.bound, "nan": nan, "passed": (not nan) and err <= inp.bound}
+
+
+def check_dq(dq_thd, inp: Inputs) -> dict:
+    """max |dQ - dQ_ref| over the sampled rows against the bound; NaN anywhere in dQ fails."""
+    import torch
+
+    err = (dq_thd[inp.pick].float() - inp.dq_ref).abs().max().item()
+    nan = bool(torch.isnan(dq_thd).any().item())
+    return {"dq_err": err, "dq_bound": inp.dq_bound, "dq_nan": nan, "dq_passed": (not nan) and err <= inp.dq_bound}
 
 
 def poison(inp: Inputs) -> None:
@@ -627,11 +736,13 @@ def prepare_maskc(w: Workload, inp: Inputs, ctx: Context) -> Prepared:
         attn.compiled.plan(attn.sequences(w.lengths, params))
         plan_ms.append(1e3 * (time.perf_counter() - t0))
     # q = 0 makes every visible score 0, so exp(LSE) of a row is its number of visible keys.
-    _, lse = attn(torch.zeros_like(inp.q), inp.k, inp.v, cu_seqlens=inp.cu, return_lse=True, **params)
+    with torch.no_grad():  # only LSE is read: nothing for autograd to record in backward mode
+        _, lse = attn(torch.zeros_like(inp.q), inp.k, inp.v, cu_seqlens=inp.cu, return_lse=True, **params)
     lse_pairs = round(torch.exp(lse.double()).round().sum().item() / ctx.heads)
     info = {"plan_ms": statistics.median(plan_ms), "kernel": repr(attn), "visible_pairs_lse": lse_pairs,
             "lse_count_agrees": lse_pairs == inp.pairs}
-    return Prepared(lambda: attn(inp.q, inp.k, inp.v, cu_seqlens=inp.cu, **params), lambda o: o, info)
+    return Prepared(lambda: attn(inp.q, inp.k, inp.v, cu_seqlens=inp.cu, **params), lambda o: o, info,
+                    grad_q=lambda: inp.q.grad)
 
 
 def block_mask(w: Workload, ctx: Context, row: dict):
@@ -665,7 +776,8 @@ def prepare_flex(w: Workload, inp: Inputs, ctx: Context, row: dict, backend: str
         if options is None:
             return flex(qf, kf, vf, block_mask=bm)  # the default: Triton
         return flex(qf, kf, vf, block_mask=bm, kernel_options=options)
-    return Prepared(fn, lambda o: o[0].transpose(0, 1), {"backend": backend or "default (Triton)"})
+    return Prepared(fn, lambda o: o[0].transpose(0, 1), {"backend": backend or "default (Triton)"},
+                    grad_q=lambda: qf.grad[0].transpose(0, 1))
 
 
 def prepare_sdpa(w: Workload, inp: Inputs, ctx: Context, backend: str) -> Prepared:
@@ -686,8 +798,11 @@ def prepare_sdpa(w: Workload, inp: Inputs, ctx: Context, backend: str) -> Prepar
             torch.cuda.synchronize()
         except RuntimeError:
             views, layout = inp.bhsd(), "BHSD contiguous"  # the backend may want the other layout
+
+    def grad_q():  # the BSHD views' gradients land on the packed leaves; the BHSD copies are leaves themselves
+        return inp.q.grad if layout == "BSHD strides" else views[0].grad[0].transpose(0, 1)
     return Prepared(lambda: F.scaled_dot_product_attention(*views, is_causal=causal),
-                    lambda o: o[0].transpose(0, 1), {"layout": layout}, lambda: sdpa_kernel(chosen))
+                    lambda o: o[0].transpose(0, 1), {"layout": layout}, lambda: sdpa_kernel(chosen), grad_q)
 
 
 def prepare_fa4(w: Workload, inp: Inputs, ctx: Context) -> Prepared:
@@ -723,33 +838,69 @@ def prepare(system: str, w: Workload, inp: Inputs, ctx: Context, row: dict) -> P
 
 
 def run_system(system: str, w: Workload, inp: Inputs, ctx: Context, row: dict) -> dict:
-    """Check, then time, one system on one workload; never raises."""
+    """Check, then time, one system on one workload (in backward mode, then its backward); never raises."""
     import torch
     from triton.testing import do_bench
 
+    backward = inp.d_out is not None
     if system in ctx.unavailable:
         return {"status": "skipped", "note": ctx.unavailable[system]}
+    if backward and system == "fa4":
+        return {"status": "n/a", "note": "backward mode: not measured"}
     res: dict = {}
     try:
         prep = prepare(system, w, inp, ctx, row)
         res.update(prep.info)
         with prep.context():
-            poison(inp)
-            out = prep.fn()
-            torch.cuda.synchronize()
-            res.update(check(prep.to_thd(out), inp))
-            del out
-            if res.get("lse_count_agrees") is False:  # maskc's kernel saw another mask than the reference's
-                res["passed"] = False
-            if not res["passed"]:
-                res["status"] = "FAILED"
-                return res
-            ms = do_bench(prep.fn, **BENCH)
-        res.update(status="ok", ms=ms, tflops=tflops(inp.pairs, ctx.heads, ctx.head_dim, ms))
+            with torch.no_grad():  # the forward alone, as in inference (in backward mode the inputs require grad)
+                poison(inp)
+                out = prep.fn()
+                torch.cuda.synchronize()
+                res.update(check(prep.to_thd(out), inp))
+                del out
+                if res.get("lse_count_agrees") is False:  # maskc's kernel saw another mask than the reference's
+                    res["passed"] = False
+                if not res["passed"]:
+                    res["status"] = "FAILED"
+                    return res
+                ms = do_bench(prep.fn, **BENCH)
+            res.update(status="ok", ms=ms, tflops=tflops(inp.pairs, ctx.heads, ctx.head_dim, ms))
+            if backward:
+                res.update(run_backward(prep, inp, ctx))
     except NotApplicable as exc:
         res.update(status="n/a", note=str(exc))
     except Exception as exc:  # noqa: BLE001 - fail soft: recorded, the run goes on
         res.update(status="error", error=_short(exc), traceback=traceback.format_exc(limit=8))
+    return res
+
+
+def run_backward(prep: Prepared, inp: Inputs, ctx: Context) -> dict:
+    """Backward mode, once the forward passed: check dQ, then time forward + backward and the backward alone.
+    The outcome is bwd_status, beside the forward's status; never raises."""
+    import torch
+    from triton.testing import do_bench
+
+    res: dict = {}
+    try:
+        inp.clear_grads()  # gradients accumulate: the check must see one backward's alone
+        out = prep.fn()
+        d_out = torch.empty_like(out)  # the upstream gradient in the output's own layout, through the to_thd view
+        prep.to_thd(d_out).copy_(inp.d_out)
+        out.backward(d_out)
+        torch.cuda.synchronize()
+        res.update(check_dq(prep.grad_q(), inp))
+        if not res["dq_passed"]:
+            res["bwd_status"] = "FAILED"
+            return res
+        leaves = inp.leaves()  # do_bench sets their gradients to None before each timed call: no accumulation
+        step_ms = do_bench(lambda: prep.fn().backward(d_out), grad_to_none=leaves, **BENCH)
+        kept = prep.fn()  # one forward whose graph every timed backward reuses
+        bwd_ms = do_bench(lambda: kept.backward(d_out, retain_graph=True), grad_to_none=leaves, **BENCH)
+        res.update(bwd_status="ok", **training_tflops(inp.pairs, ctx.heads, ctx.head_dim, bwd_ms, step_ms))
+    except Exception as exc:  # noqa: BLE001 - fail soft: the forward's numbers stand
+        res.update(bwd_status="error", bwd_error=_short(exc), bwd_traceback=traceback.format_exc(limit=8))
+    finally:
+        inp.clear_grads()  # their memory, before the next system
     return res
 
 
@@ -761,7 +912,7 @@ def run_workload(name: str, n: int, ctx: Context) -> dict:
     try:
         w = make_workload(name, n)
         row.update(label=w.label, sequences=len(w.sequences))
-        inp = make_inputs(w, ctx)
+        inp = make_inputs(w, ctx, ctx.backward)
     except Exception as exc:  # noqa: BLE001
         row["error"] = _short(exc)
         row["systems"] = {s: {"status": "error", "error": "no inputs: " + row["error"]} for s in ctx.systems}
@@ -771,10 +922,7 @@ def run_workload(name: str, n: int, ctx: Context) -> dict:
     row["err_bound"] = inp.bound
     for system in ctx.systems:
         res = row["systems"][system] = run_system(system, w, inp, ctx, row)
-        print(f"{row['label']:16s} {system:12s} {res['status']:7s} "
-              + (f"{res['tflops']:7.1f} TFLOP/s {res['ms']:9.3f} ms " if res["status"] == "ok" else "")
-              + (f"err {res['max_err']:.2e} <= {res['bound']:.2e} " if "max_err" in res else "")
-              + res.get("error", res.get("note", "")), flush=True)
+        print(format_progress(row["label"], system, res), flush=True)
     row["ratio_vs_flex"], row["ratio_vs_best"] = ratios(row["systems"])
     del inp
     ctx.block_masks.clear()
@@ -918,7 +1066,7 @@ def call_overhead(prep: Prepared, calls: int) -> dict:
     import torch
     from triton.testing import do_bench
 
-    with prep.context():
+    with prep.context(), torch.no_grad():  # the forward alone, as run_system times it
         for _ in range(10):
             prep.fn()
         torch.cuda.synchronize()
@@ -1040,7 +1188,11 @@ def settings(args) -> dict:
             "maskc_options": family_options(args.family), "head_dim": args.head_dim, "dtype": args.dtype,
             "heads": args.heads, "n": args.n, "rows": args.rows, "sweep": args.sweep, "first_call": args.first_call,
             "do_bench": BENCH, "sweep_n": list(SWEEP_N), "flex": "torch.compile(flex_attention, dynamic=False)",
-            "pass_rule": "max|O - O_ref| <= 2 x max|O_lowprec_torch - O_ref| + 1e-5 on sampled rows"}
+            "pass_rule": "max|O - O_ref| <= 2 x max|O_lowprec_torch - O_ref| + 1e-5 on sampled rows",
+            "backward": args.backward,
+            "backward_flops": f"F = 4 * visible pairs * head_dim * heads (forward); bwd_tflops = {BACKWARD_FLOPS} F / "
+                              f"bwd_ms, step_tflops = {1 + BACKWARD_FLOPS} F / step_ms (forward + backward)",
+            "dq_pass_rule": "max|dQ - dQ_ref| <= 2 x max|dQ_lowprec_torch - dQ_ref| + 1e-4 on sampled rows, no NaN"}
 
 
 def main(argv=None) -> int:
@@ -1095,11 +1247,16 @@ def print_summary(results: dict, args) -> None:
     m = results["meta"]
     print(f"{m.get('gpu')} (driver {m.get('driver')}), torch {m.get('torch')}, triton {m.get('triton')}, "
           f"cupy {m.get('cupy')}, maskc {m.get('maskc')} @ {str(m.get('git_commit'))[:10]}, {m.get('date')}")
-    setting = f"forward, {args.dtype}, {args.heads} heads, head dim {args.head_dim}, maskc family {args.family}"
-    if results["anchors"]:
-        print(format_table(results["anchors"], args.systems, f"ANCHORS workloads, N = {args.n}: {setting}"))
-    if results["sweep"]:
-        print(format_table(results["sweep"], args.systems, f"sweep, batch 1: {setting}"))
+    setting = f"{args.dtype}, {args.heads} heads, head dim {args.head_dim}, maskc family {args.family}"
+    sections = [(title, rows) for title, rows in ((f"ANCHORS workloads, N = {args.n}", results["anchors"]),
+                                                  ("sweep, batch 1", results["sweep"])) if rows]
+    for title, rows in sections:
+        print(format_table(rows, args.systems, f"{title}: forward, {setting}"))
+    if args.backward:
+        for kind, what in (("step", f"fwd+bwd (backward counted as {BACKWARD_FLOPS} x forward)"),
+                           ("bwd", "backward alone")):
+            for title, rows in sections:
+                print(format_table(backward_rows(rows, kind), args.systems, f"{title}: {what}, {setting}"))
     if results["first_call"]:
         print(format_first_call(results["first_call"]))
 

@@ -1,5 +1,6 @@
 """bench/harness.py without a GPU: options, the workload table (each workload's FlexAttention mask_mod equals
-maskc's exact mask of examples/NAME.mask), and the formatting of tables, JSON and the plot."""
+maskc's exact mask of examples/NAME.mask), the flop conventions, and the formatting of tables (forward and
+--backward), JSON and the plot."""
 
 import importlib.util
 import json
@@ -33,17 +34,18 @@ def test_defaults():
     args = harness.parse_args([])
     assert args.workloads == list(harness.WORKLOADS) and args.systems == list(harness.SYSTEMS)
     assert (args.family, args.head_dim, args.dtype, args.heads, args.n, args.rows) == ("auto", 128, "bf16", 16, 32768, 256)
-    assert not args.sweep and not args.first_call and args.json is None and args.png is None
+    assert not args.sweep and not args.first_call and not args.backward and args.json is None and args.png is None
     assert harness.family_options(args.family) == {}  # auto: maskc chooses
 
 
 def test_options():
     args = harness.parse_args(["--family", "sm90a", "--head-dim", "64", "--dtype", "fp16", "--heads", "4",
                                "--n", "4096", "--workloads", "causal", "document", "--systems", "maskc", "flex-triton",
-                               "--sweep", "--first-call", "--json", "r.json", "--png", "r.png", "--rows", "64"])
+                               "--sweep", "--first-call", "--json", "r.json", "--png", "r.png", "--rows", "64",
+                               "--backward"])
     assert (args.head_dim, args.dtype, args.heads, args.n, args.rows) == (64, "fp16", 4, 4096, 64)
     assert args.workloads == ["causal", "document"] and args.systems == ["maskc", "flex-triton"]
-    assert args.sweep and args.first_call and (args.json, args.png) == ("r.json", "r.png")
+    assert args.sweep and args.first_call and args.backward and (args.json, args.png) == ("r.json", "r.png")
     assert harness.family_options("sm90a") == {"arch": "sm_90a"}
     assert harness.family_options("sm80") == {"arch": "sm_80"}
     assert harness.parse_args(["--workloads", "--sweep"]).workloads == []  # no anchor table
@@ -189,6 +191,90 @@ def test_table():
     assert "clear: no inputs" in problems
     assert "document/maskc: FAILED" in problems and "exp(LSE) 99, by the mask 100" in problems
     assert next(line for line in lines if line.startswith("document")).split()[:3] == ["document", "6.00", "FAIL"]
+
+
+def test_training_flops():
+    """The backward counts as 2.5 forward passes, forward + backward as 3.5 (F = the forward's flops)."""
+    pairs = 32768 * 32769 // 2
+    got = harness.training_tflops(pairs, 16, 128, bwd_ms=30.0, step_ms=40.0)
+    forward = 4 * pairs * 128 * 16
+    assert got == {"bwd_ms": 30.0, "bwd_tflops": pytest.approx(2.5 * forward / 30e-3 / 1e12),
+                   "step_ms": 40.0, "step_tflops": pytest.approx(3.5 * forward / 40e-3 / 1e12)}
+    assert got["bwd_tflops"] == pytest.approx(2.5 * harness.tflops(pairs, 16, 128, 30.0))
+    same = harness.training_tflops(pairs, 16, 128, bwd_ms=10.0, step_ms=10.0)
+    assert same["step_tflops"] / same["bwd_tflops"] == pytest.approx(3.5 / 2.5)
+
+
+def _backward_row(label="causal"):
+    """A --backward row: forward numbers as _row, and each system's backward outcome beside its status."""
+    row = _row(label)
+    s = row["systems"]
+    s["maskc"].update(bwd_status="ok", dq_err=2e-3, dq_bound=9e-3, dq_nan=False, bwd_ms=20.0, bwd_tflops=500.0,
+                      step_ms=30.0, step_tflops=450.0)
+    s["flex-triton"].update(bwd_status="ok", dq_err=3e-3, dq_bound=9e-3, dq_nan=False, bwd_ms=40.0, bwd_tflops=250.0,
+                            step_ms=45.0, step_tflops=300.0)
+    s["sdpa-flash"].update(bwd_status="FAILED", dq_err=0.5, dq_bound=9e-3, dq_nan=True)  # its forward passed
+    s["fa4"] = {"status": "n/a", "note": "backward mode: not measured"}
+    return row
+
+
+def test_backward_tables():
+    rows = [_backward_row(), _backward_row("document")]
+    rows[1]["systems"]["maskc"] = {"status": "ok", "tflops": 100.0, "ms": 3.0, "bwd_status": "error",
+                                   "bwd_error": "RuntimeError: boom"}
+    systems = list(harness.SYSTEMS)
+    step = harness.format_table(harness.backward_rows(rows, "step"), systems, "fwd+bwd").splitlines()
+    causal = [line.split() for line in step if line.startswith("causal")]
+    # step TFLOP/s, the ratios on them (maskc / flex-triton, the only other passing system), no plan or BM
+    assert causal[0] == ["causal", "50.00", "450.0", "300.0", "FAIL", "FAIL", "n/a", "err", "1.50", "1.50", "-", "-"]
+    assert causal[1] == ["causal", "30.000", "45.000", "FAIL", "FAIL", "n/a", "err"]
+    document = next(line for line in step if line.startswith("document")).split()
+    assert document[:4] == ["document", "50.00", "err", "300.0"] and document[-4:-2] == ["-", "-"]
+    bwd = harness.format_table(harness.backward_rows(rows, "bwd"), systems, "backward alone").splitlines()
+    causal = [line.split() for line in bwd if line.startswith("causal")]
+    assert causal[0][2:4] == ["500.0", "250.0"] and causal[0][8:10] == ["2.00", "2.00"]
+    assert causal[1][1:3] == ["20.000", "40.000"]
+    assert rows[0]["systems"]["maskc"]["tflops"] == 300.0  # the forward numbers are left as they were
+    forward = harness.format_table(rows, systems, "forward").splitlines()
+    assert next(line for line in forward if line.startswith("causal")).split()[2:5] == ["300.0", "400.0", "600.0"]
+
+
+def test_backward_problems_and_progress():
+    rows = [_backward_row()]
+    rows[0]["systems"]["maskc"].update(bwd_status="error", bwd_error="RuntimeError: boom")
+    problems = harness.format_problems(rows)
+    assert "causal/sdpa-flash: backward FAILED max|dQ-dQ_ref| 5.000e-01, bound 9.000e-03 (NaN in dQ)" in problems
+    assert "causal/maskc: backward: RuntimeError: boom" in problems
+    assert "causal/flex-triton: backward" not in problems
+    line = harness.format_progress("causal", "flex-triton", _backward_row()["systems"]["flex-triton"])
+    assert "400.0 TFLOP/s" in line and "| backward ok fwd+bwd 300.0 TFLOP/s 45.000 ms, bwd 250.0 TFLOP/s" in line
+    assert "dQ err 3.00e-03 <= 9.00e-03" in line
+    assert "backward" not in harness.format_progress("causal", "flex-triton", _row()["systems"]["flex-triton"])
+
+
+def _results(rows):
+    return {"meta": {"gpu": "test"}, "notes": [], "anchors": rows, "sweep": [], "first_call": None}
+
+
+def test_summary_with_and_without_backward(capsys):
+    harness.print_summary(_results([_row()]), harness.parse_args([]))
+    out = capsys.readouterr().out
+    assert "ANCHORS workloads, N = 32768: forward, bf16, 16 heads, head dim 128, maskc family auto" in out
+    assert "fwd+bwd" not in out and "backward alone" not in out
+    harness.print_summary(_results([_backward_row()]), harness.parse_args(["--backward"]))
+    out = capsys.readouterr().out
+    titles = [line for line in out.splitlines() if line.startswith("ANCHORS")]
+    setting = "bf16, 16 heads, head dim 128, maskc family auto"
+    assert titles == [f"ANCHORS workloads, N = 32768: {what}, {setting}"
+                      for what in ("forward", "fwd+bwd (backward counted as 2.5 x forward)", "backward alone")]
+    assert "causal/sdpa-flash: backward FAILED" in out
+
+
+def test_settings_record_the_backward_conventions():
+    s = harness.settings(harness.parse_args(["--backward"]))
+    assert s["backward"] is True and "2.5 F / bwd_ms" in s["backward_flops"] and "3.5 F / step_ms" in s["backward_flops"]
+    assert "1e-4" in s["dq_pass_rule"]
+    assert harness.settings(harness.parse_args([]))["backward"] is False
 
 
 def test_first_call_table():
