@@ -601,6 +601,32 @@ def test_run_without_a_gpu_checks_on_the_cpu(run, args):
     assert lines[-1] == "passed"
 
 
+def test_run_backward_on_the_cpu_checks_the_gradients_model(run):
+    result = run("run", example("shared_prompt"), "--n", "700", "--param", "responses=[200,0,120]", "--cpu",
+                 "--backward")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert re.search(r"backward +built: [\d,]+ bytes of cubin", result.stdout)
+    assert re.search(r"gradients +max \|dX - dX_ref\| / max \|dX_ref\| = \S+ over dq, dk, dv", result.stdout)
+    long = run("run", example("causal"), "--cpu", "--backward").stdout
+    assert "gradients    not checked: 32,768 tokens" in long
+
+
+def test_run_backward_fails_on_a_wrong_key_descriptor(run, monkeypatch):
+    by_key = maskc.tools.trial.by_key
+
+    def forgetful(desc):  # lose the last query tile of every key tile
+        kd = by_key(desc)
+        keep = np.ones(len(kd.q_tile), dtype=bool)
+        keep[kd.col_ptr[1:][np.diff(kd.col_ptr) > 0] - 1] = False
+        counts = np.diff(kd.col_ptr) - (np.diff(kd.col_ptr) > 0)
+        return type(kd)(kd.work_seq, kd.work_ktile, np.concatenate([[0], np.cumsum(counts)]).astype(np.int32),
+                        kd.q_tile[keep], kd.kind[keep])
+
+    monkeypatch.setattr(maskc.tools.trial, "by_key", forgetful)
+    result = run("run", example("causal"), "--n", "300", "--cpu", "--backward")
+    assert result.exit_code == 1 and result.stdout.splitlines()[-1] == "FAILED"
+
+
 def test_run_checks_every_row_of_a_short_sequence(run):
     out = run("run", example("hstu"), "--n", "700", "--param", "targets=90", "--cpu").stdout
     assert "1 sequence of 700 tokens (n from --n, with --param values)" in out

@@ -181,3 +181,26 @@ def test_hopper_pipeline_depth_is_an_option_checked_against_shared_memory():
             KernelOptions(arch="sm_90a", **bad)
     with pytest.raises(ValueError, match="kv_stages must be one of"):
         KernelOptions(arch="sm_90", kv_stages=3)
+
+
+@pytest.mark.parametrize("arch, family", [("sm_80", "sm80"), ("sm_90a", "sm90a")])
+def test_every_file_carries_the_backward_kernels_and_their_launch(arch, family):
+    options = KernelOptions(arch=arch)
+    c = compiled("document", options)
+    dq, dkdv = c.backward_names
+    assert (dq, dkdv) == (f"maskc_document_bwd_dq_{family}_hd128_bf16", f"maskc_document_bwd_dkdv_{family}_hd128_bf16")
+    for name in (dq, dkdv):
+        assert f"__launch_bounds__(THREADS, 2) {name}(" in c.source
+    assert f"// Backward: {dq}, then {dkdv}, on one stream, with the same arguments" in c.source
+    bwd = options.backward
+    assert f"{bwd.shared_memory_bytes(options, 'dq')} bytes (dQ)" in c.source
+    # Each direction builds alone: the forward without the backward kernels, and the other way round.
+    assert "#ifndef MASKC_BACKWARD_ONLY" in c.source and "!defined(MASKC_FORWARD_ONLY)" in c.source
+
+
+def test_head_dim_256_has_no_backward_yet_and_says_so():
+    c = compiled("causal", KernelOptions(head_dim=256, arch="sm_90a"))
+    assert c.options.backward is None and "// Backward: none for head dim 256" in c.source
+    with pytest.raises(ValueError, match=r"no backward kernels for head dim 256 in the sm90a family \(they support "
+                                         r"head dims \[64, 128\]\)"):
+        c.backward_cubin
