@@ -20,9 +20,9 @@ pytest.importorskip("cupy")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 import maskc  # noqa: E402
-from maskc.tools.reference import dense_mask  # noqa: E402
 
-from test_kernels import EXAMPLES, FAMILIES, TORCH_DTYPE  # noqa: E402
+from test_kernels import EXAMPLES, FAMILIES  # noqa: E402
+from test_kernels import make_case as make_kernel_case  # noqa: E402
 
 
 def reference_attention(q, k, v, mask, scale, upcast: bool):
@@ -48,24 +48,9 @@ def reference_grads(q, k, v, d_out, mask, scale, upcast: bool):
     return [x.grad for x in leaves]
 
 
-def make_case(name, head_dim=128, dtype="bf16", heads=(4, 4), packed=True, seed=0, arch=None, sequences=None):
-    consts, small = SMALL[name]
-    sequences = sequences or small
-    attn = maskc.load(EXAMPLES / f"{name}.mask", head_dim=head_dim, dtype=dtype, arch=arch or FAMILIES[0], **consts)
-    values, layouts = attn.compiled.bind(sequences)
-    lengths = [lay.n for lay in layouts]
-    if not packed and len(set(lengths)) != 1:
-        pytest.skip("a padded batch needs equal lengths")
-    masks = [dense_mask(attn.program, lay, val) for lay, val in zip(layouts, values)]
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    hq, hkv = heads
-    shape = (sum(lengths),) if packed else (len(lengths), lengths[0])
-    q, d_out = (torch.randn(*shape, hq, head_dim, device="cuda", dtype=TORCH_DTYPE[dtype], generator=gen) for _ in range(2))
-    k, v = (torch.randn(*shape, hkv, head_dim, device="cuda", dtype=TORCH_DTYPE[dtype], generator=gen) for _ in range(2))
-    params = {p.name: [val.arrays[p.name].tolist() if p.type.depth else val.scalars[p.name] for val in values]
-              for p in attn.program.runtime_params}
-    cu = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32) if packed else None
-    return attn, (q, k, v, d_out), dict(cu_seqlens=cu, **params), masks, lengths
+def make_case(name, **kw):
+    """The example, (q, k, v, d_out), the call's keywords, the masks and the lengths (test_kernels.make_case)."""
+    return make_kernel_case(name, tensors=4, **kw)
 
 
 def poison_allocator():
@@ -140,7 +125,7 @@ def test_gradients_longer_sequences(name, sequences, arch):
 def test_backward_is_deterministic_and_the_cupy_pair_matches_autograd(arch):
     import cupy
 
-    attn, tensors, call, masks, lengths = make_case("shared_prompt", heads=(4, 2), seed=4, arch=arch)
+    attn, tensors, call, _, _ = make_case("shared_prompt", heads=(4, 2), seed=4, arch=arch)
     q, k, v, d_out = tensors
     out, lse = attn(q, k, v, return_lse=True, **call)
     first = attn.backward(q, k, v, out, lse, d_out, **call)

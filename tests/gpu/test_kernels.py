@@ -74,7 +74,11 @@ _CAPABILITY = torch.cuda.get_device_capability() if torch.cuda.is_available() el
 FAMILIES = [f"sm_{_CAPABILITY[0]}{_CAPABILITY[1]}"] + (["sm_90a"] if _CAPABILITY == (9, 0) else [])
 
 
-def run_case(name, head_dim=128, dtype="bf16", heads=(4, 4), packed=True, seed=0, arch=None, sequences=None, **options):
+def make_case(name, head_dim=128, dtype="bf16", heads=(4, 4), packed=True, seed=0, arch=None, sequences=None,
+              tensors=3, **options):
+    """An example compiled for the GPU with its small configuration (or `sequences`), fresh random tensors
+    (q, k, v, then any more shaped like q), the call's keywords (cu_seqlens, every runtime parameter as one
+    value per sequence, as the reference sees them), the exact masks and the lengths."""
     consts, small = SMALL[name]
     sequences = sequences or small
     attn = maskc.load(EXAMPLES / f"{name}.mask", head_dim=head_dim, dtype=dtype, arch=arch or FAMILIES[0], **options,
@@ -87,20 +91,22 @@ def run_case(name, head_dim=128, dtype="bf16", heads=(4, 4), packed=True, seed=0
     gen = torch.Generator(device="cuda").manual_seed(seed)
     hq, hkv = heads
     shape = (sum(lengths),) if packed else (len(lengths), lengths[0])
-    q = torch.randn(*shape, hq, head_dim, device="cuda", dtype=TORCH_DTYPE[dtype], generator=gen)
-    k = torch.randn(*shape, hkv, head_dim, device="cuda", dtype=TORCH_DTYPE[dtype], generator=gen)
-    v = torch.randn(*shape, hkv, head_dim, device="cuda", dtype=TORCH_DTYPE[dtype], generator=gen)
-    out = torch.full_like(q, float("nan"))  # poisoned: every element must be written
-    lse_shape = (hq, sum(lengths)) if packed else (len(lengths), hq, lengths[0])
-    lse = torch.full(lse_shape, float("nan"), device="cuda")
-    # Every runtime parameter as one value per sequence, as the reference saw them.
+    made = [torch.randn(*shape, hkv if i in (1, 2) else hq, head_dim, device="cuda", dtype=TORCH_DTYPE[dtype],
+                        generator=gen) for i in range(tensors)]
     params = {p.name: [val.arrays[p.name].tolist() if p.type.depth else val.scalars[p.name] for val in values]
               for p in attn.program.runtime_params}
     cu = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32) if packed else None
-    scale = 1.0 / math.sqrt(head_dim)
-    attn(q, k, v, cu_seqlens=cu, out=out, lse=lse, return_lse=True, **params)
+    return attn, made, dict(cu_seqlens=cu, **params), masks, lengths
+
+
+def run_case(name, head_dim=128, dtype="bf16", heads=(4, 4), packed=True, **kw):
+    attn, (q, k, v), call, masks, lengths = make_case(name, head_dim, dtype, heads, packed, **kw)
+    out = torch.full_like(q, float("nan"))  # poisoned: every element must be written
+    lse_shape = (heads[0], sum(lengths)) if packed else (len(lengths), heads[0], lengths[0])
+    lse = torch.full(lse_shape, float("nan"), device="cuda")
+    attn(q, k, v, out=out, lse=lse, return_lse=True, **call)
     torch.cuda.synchronize()
-    check(out, lse, q, k, v, masks, lengths, scale, packed)
+    check(out, lse, q, k, v, masks, lengths, 1.0 / math.sqrt(head_dim), packed)
 
 
 @pytest.mark.parametrize("arch", FAMILIES)
