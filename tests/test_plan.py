@@ -353,3 +353,11 @@ def test_tables_with_different_shapes_per_sequence():
     for config in CONFIGS:
         desc = plan(compiled.program, layouts, values, config)
         check_descriptor(compiled.program, desc, layouts, values)
+
+
+@pytest.mark.parametrize("name", ["tree", "causal", "clear", "document"])
+def test_an_empty_batch_plans_to_an_empty_descriptor(name):
+    compiled = example(name)[0]
+    for fast in (True, False):
+        desc = plan(compiled.program, [], [], TileConfig(), fast=fast)
+        assert len(desc.work_seq) == 0 and desc.row_ptr.tolist() == [0] and len(desc.k_tile) == 0

@@ -548,7 +548,11 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
     stats = PlanStats(tiles_total=int((q_tiles * k_tiles).sum()))
     if stats.tiles_total * 8 > MAX_DESCRIPTOR_BYTES:  # else even a dense descriptor fits
         _refuse_huge(program, batch, tiling)
-    ranges = plan_ranges(program, batch, tiling) if fast else None
+    if not layouts:  # an empty batch: nothing to search
+        empty = np.zeros(0, np.int64)
+        ranges = (empty, empty, empty, np.zeros(0, np.uint32))
+    else:
+        ranges = plan_ranges(program, batch, tiling) if fast else None
     stats.fast_path = ranges is not None
     if ranges is None:
         ranges = _search(program, batch, tiling, config, refine_budget, qtile_base, stats)
