@@ -103,7 +103,7 @@ def render_source(program: ir.Program, options: KernelOptions, source_name: str 
         shared_bytes=family.shared_memory_bytes(options),
         kernel_name=kernel_name(program.name, options),
         backward=options.backward,
-        backward_args=abi.BACKWARD_ARGS,
+        backward_args=options.backward.args if options.backward else (),
         dq_name=kernel_name(program.name, options, "bwd_dq"),
         dkdv_name=kernel_name(program.name, options, "bwd_dkdv"),
         KEY_CHUNK=options.backward.key_chunk if options.backward else 0,

@@ -31,6 +31,7 @@ class BackwardKernels:
     template: str  # under templates/
     summary: str
     head_dims: tuple[int, ...]
+    args: tuple[abi.Arg, ...] = abi.BACKWARD_ARGS  # both kernels take this list
     threads: int = 128
     key_chunk: int = 64
 
@@ -80,6 +81,12 @@ class KernelFamily:
     consumer_registers: int = 0
     kv_stage_choices: tuple[int, ...] = ()  # K/V pipeline depths the template supports (option kv_stages)
     backward: BackwardKernels | None = None
+
+    @property
+    def uses_tensor_maps(self) -> bool:
+        """Whether a kernel of the family takes TMA tensor maps (the generated file then declares TensorMap)."""
+        args = self.forward_args + (self.backward.args if self.backward else ())
+        return any(a.kind == "tensor_map" for a in args)
 
     def template(self, direction: str = "fwd") -> str:
         return f"{self.name}/attention_{direction}.cu.j2"
