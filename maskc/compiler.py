@@ -107,8 +107,9 @@ class CompiledMask:
         """The backward kernels (`backward_names`); a ValueError where the family has none for these options."""
         if self.options.backward is None:
             o = self.options
+            dims = sorted({d for b in o.family.backward for d in b.head_dims})
             raise ValueError(f"no backward kernels for head dim {o.head_dim} in the {o.family.name} family "
-                             f"(they support head dims {list(o.family.backward.head_dims) if o.family.backward else []})")
+                             f"(they support head dims {dims})")
         return self.build("cubin", "bwd").path
 
     @property

@@ -125,3 +125,10 @@ def test_a_new_process_reuses_the_parser_tables_and_compiled_templates(tmp_path)
     blocked = tmp_path / "file"
     blocked.write_text("not a directory")
     subprocess.run([sys.executable, "-c", script], env=dict(os.environ, MASKC_CACHE_DIR=str(blocked)), check=True)
+
+
+@pytest.mark.parametrize("name", ["causal", "document", "clear_text", "tree", "video3d"])
+def test_the_hopper_backward_kernels_compile(name, cache):
+    """The Hopper dK/dV kernel (an option of the sm_90a family) builds for 1D, grid and tree masks."""
+    c = compile_file(EXAMPLES / f"{name}.mask", KernelOptions(arch="sm_90a", backward_kernels="hopper"), SMALL[name][0])
+    assert c.backward_cubin.read_bytes()[:4] == ELF

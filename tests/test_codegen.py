@@ -204,3 +204,15 @@ def test_head_dim_256_has_no_backward_yet_and_says_so():
     with pytest.raises(ValueError, match=r"no backward kernels for head dim 256 in the sm90a family \(they support "
                                          r"head dims \[64, 128\]\)"):
         c.backward_cubin
+
+
+def test_the_backward_kernels_are_an_option_checked_against_the_family():
+    assert KernelOptions(arch="sm_90a").backward.name == "portable"  # the default until the Hopper one is faster
+    assert KernelOptions(arch="sm_90a", backward_kernels="hopper").backward.name == "hopper"
+    with pytest.raises(ValueError, match=r"backward_kernels must be one of \['portable'\] for head dim 128 and key tile "
+                                         r"64 on sm_90a"):
+        KernelOptions(arch="sm_90a", key_tile=64, backward_kernels="hopper")
+    with pytest.raises(ValueError, match=r"backward_kernels must be one of \['portable'\] .* on sm_80"):
+        KernelOptions(arch="sm_80", backward_kernels="hopper")
+    c = compiled("causal", KernelOptions(arch="sm_90a", backward_kernels="hopper"))
+    assert "block = (384, 1, 1)" in c.source and "tm_dout" in c.source

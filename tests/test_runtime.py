@@ -53,7 +53,7 @@ def test_load_refuses_runtime_values_and_unknown_names():
     for typo in ("windw", "head_dims"):
         with pytest.raises(ValueError, match=f"mask sliding_window has no parameter or option '{typo}': load-time "
                                              r"keywords are kernel options \(head_dim, dtype, arch, key_tile, "
-                                             r"kv_stages\) and const parameters \(sliding_window has none\)"):
+                                             r"kv_stages, backward_kernels\) and const parameters \(sliding_window has none\)"):
             maskc.load(examples / "sliding_window.mask", **{typo: 3})
     assert dict(maskc.loads(SHARED_PROMPT, w=5, arch="sm_80").program.consts) == {"w": 5}
 

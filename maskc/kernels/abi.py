@@ -185,6 +185,11 @@ KEY_DESCRIPTOR = (
 BACKWARD_ARGS = (BACKWARD_TENSORS + BACKWARD_STRIDES + HEADS
                  + (Arg("scale", "float", "softmax scale (dQ and dK are multiplied by it)", "f32"),)
                  + DESCRIPTOR + KEY_DESCRIPTOR + SEQUENCES)
+# The Hopper dK/dV kernel also reads Q, K, V and dout through TMA tensor maps (boxes of up to 64 query rows).
+SM90A_BACKWARD_ARGS = BACKWARD_ARGS + TENSOR_MAPS + (
+    Arg("tm_dout", "TensorMap", "dout, like tm_q", "tensor_map"),
+    PERSISTENT[0],
+)
 
 
 @dataclass(frozen=True)

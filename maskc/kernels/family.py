@@ -24,35 +24,70 @@ DTYPES = {"bf16": "bf16", "fp16": "f16"}  # option name -> PTX type name
 
 @dataclass(frozen=True)
 class BackwardKernels:
-    """The backward pass of a family: a dQ kernel over the forward descriptor, then a dK/dV kernel over the
-    descriptor by key tile, both taking `abi.BACKWARD_ARGS`. They run on the forward plan's tiles, walking a
-    key tile in chunks of `key_chunk` keys (one chunk per CTA in the dK/dV kernel)."""
+    """A backward pass: a dQ kernel over the forward descriptor, then a dK/dV kernel over the descriptor by
+    key tile, both taking `args`, on the forward plan's tiles. The dQ kernel is the portable one (4 warps, a
+    key tile in chunks of `key_chunk` keys); the dK/dV kernel is either portable (4 warps per chunk of
+    `key_chunk` keys) or Hopper (a producer warp and two consumer warpgroups per key tile of 128, queries in
+    steps of `q_step` through `stages` buffers)."""
 
+    name: str  # the option that selects it (KernelOptions.backward_kernels)
     template: str  # under templates/
     summary: str
     head_dims: tuple[int, ...]
     args: tuple[abi.Arg, ...] = abi.BACKWARD_ARGS  # both kernels take this list
-    threads: int = 128
+    hopper_dkdv: bool = False
+    key_tiles: tuple[int, ...] = ()  # the plan's key tiles it supports; () for any
     key_chunk: int = 64
+    q_step: int = 64
+    stages: int = 2
+
+    def supports(self, options: KernelOptions) -> bool:
+        return options.head_dim in self.head_dims and (not self.key_tiles or options.block_k in self.key_tiles)
+
+    def threads(self, kernel: str) -> int:
+        return 384 if kernel == "dkdv" and self.hopper_dkdv else 128
+
+    @property
+    def dkdv_threads(self) -> int:
+        return self.threads("dkdv")
 
     def shared_memory_bytes(self, options: KernelOptions, kernel: str) -> int:
-        """dQ: Q and dO tiles, two K chunks and a V chunk; dK/dV: a K and a V chunk, Q and dO tiles; both with
-        the LSE and delta of the query tile (fp32)."""
+        """dQ: Q and dO tiles, two K chunks and a V chunk; portable dK/dV: a K and a V chunk, Q and dO tiles;
+        both with the LSE and delta of the query tile (fp32). Hopper dK/dV: the K and V tiles, then per stage
+        a step of Q and of dO with their LSE and delta, the mbarriers and 1024 bytes of alignment."""
+        d = options.head_dim
+        if kernel == "dkdv" and self.hopper_dkdv:
+            per_stage = 2 * self.q_step * d * ELEMENT_BYTES + 2 * self.q_step * 4
+            return 1024 + 2 * options.block_k * d * ELEMENT_BYTES + self.stages * per_stage + 8 * (1 + 2 * self.stages)
         k_chunks = {"dq": 3, "dkdv": 2}[kernel]
-        return (2 * options.block_q + k_chunks * self.key_chunk) * options.head_dim * ELEMENT_BYTES + 2 * options.block_q * 4
+        return (2 * options.block_q + k_chunks * self.key_chunk) * d * ELEMENT_BYTES + 2 * options.block_q * 4
 
     def grid(self, kernel: str, options: KernelOptions, items: int, num_heads: int, kv_heads: int) -> int:
-        """dQ: one CTA per (query tile, query head); dK/dV: per (key chunk, key/value head)."""
+        """dQ: one CTA per (query tile, query head); dK/dV: per (key chunk, key/value head), or per (key tile,
+        key/value head) for the Hopper kernel."""
         if kernel == "dq":
             return items * num_heads
-        return items * (options.block_k // self.key_chunk) * kv_heads
+        chunks = 1 if self.hopper_dkdv else options.block_k // self.key_chunk
+        return items * chunks * kv_heads
 
 
 PORTABLE_BACKWARD = BackwardKernels(
+    name="portable",
     template="sm80/attention_bwd.cu.j2",
     summary="portable: mma.sync, ldmatrix, cp.async; deterministic (no atomics: dQ over the forward descriptor, "
             "dK and dV over the descriptor by key tile)",
     head_dims=(64, 128),
+)
+
+HOPPER_BACKWARD = BackwardKernels(
+    name="hopper",
+    template="sm90a/attention_bwd.cu.j2",
+    summary="the portable dQ kernel, then dK and dV with wgmma and TMA (a producer warp, two consumer warpgroups "
+            "of 64 keys); deterministic (no atomics)",
+    head_dims=(64, 128),
+    args=abi.SM90A_BACKWARD_ARGS,
+    hopper_dkdv=True,
+    key_tiles=(128,),
 )
 
 
@@ -80,12 +115,12 @@ class KernelFamily:
     producer_registers: int = 0
     consumer_registers: int = 0
     kv_stage_choices: tuple[int, ...] = ()  # K/V pipeline depths the template supports (option kv_stages)
-    backward: BackwardKernels | None = None
+    backward: tuple[BackwardKernels, ...] = ()  # the backward passes it offers, the default first
 
     @property
     def uses_tensor_maps(self) -> bool:
         """Whether a kernel of the family takes TMA tensor maps (the generated file then declares TensorMap)."""
-        args = self.forward_args + (self.backward.args if self.backward else ())
+        args = self.forward_args + tuple(a for b in self.backward for a in b.args)
         return any(a.kind == "tensor_map" for a in args)
 
     def template(self, direction: str = "fwd") -> str:
@@ -123,7 +158,7 @@ SM80 = KernelFamily(
     extra_shared_bytes=0,
     forward_args=abi.SM80_FORWARD_ARGS,
     min_blocks_per_sm=2,
-    backward=PORTABLE_BACKWARD,
+    backward=(PORTABLE_BACKWARD,),
 )
 
 SM90A = KernelFamily(
@@ -143,7 +178,9 @@ SM90A = KernelFamily(
     kv_stage_choices=(2, 3),
     producer_registers=24,
     consumer_registers=240,
-    backward=PORTABLE_BACKWARD,  # the portable backward kernels (mma.sync runs on sm_90a) until a wgmma one lands
+    # The portable backward kernels (mma.sync runs on sm_90a) stay the default until the Hopper dK/dV kernel
+    # has been measured faster (docs/training.md).
+    backward=(PORTABLE_BACKWARD, HOPPER_BACKWARD),
 )
 
 FAMILIES = (SM80, SM90A)
@@ -168,6 +205,7 @@ class KernelOptions:
     arch: str = "sm_90"
     key_tile: int | None = None  # keys per tile; None: the family's default for this head dim
     kv_stages: int | None = None  # depth of the K/V pipeline; None: the family's default
+    backward_kernels: str | None = None  # which backward pass (BackwardKernels.name); None: the family's default
     family: KernelFamily = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -183,6 +221,10 @@ class KernelOptions:
         if self.key_tile is not None and self.key_tile not in allowed:
             raise ValueError(f"key_tile must be one of {allowed} for head dim {self.head_dim} on {self.arch} "
                              f"(the {family.name} kernels), got {self.key_tile}")
+        if self.backward_kernels is not None and self.backward is None:
+            names = [b.name for b in self.family.backward if b.supports(self)]
+            raise ValueError(f"backward_kernels must be one of {names} for head dim {self.head_dim} and key tile "
+                             f"{self.tile[1]} on {self.arch} (the {family.name} kernels), got {self.backward_kernels!r}")
         if self.kv_stages is not None:
             if self.kv_stages not in family.kv_stage_choices:
                 raise ValueError(f"kv_stages must be one of {list(family.kv_stage_choices)} on {self.arch} "
@@ -193,9 +235,11 @@ class KernelOptions:
 
     @property
     def backward(self) -> BackwardKernels | None:
-        """The family's backward kernels, if they support this head dim."""
-        bwd = self.family.backward
-        return bwd if bwd is not None and self.head_dim in bwd.head_dims else None
+        """The backward kernels for these options: the one named by `backward_kernels`, else the family's
+        first that supports them; None where none does (head dim 256)."""
+        chosen = [b for b in self.family.backward if b.supports(self)
+                  and (self.backward_kernels is None or b.name == self.backward_kernels)]
+        return chosen[0] if chosen else None
 
     def kv_stages_or(self, default: int) -> int:
         return self.kv_stages or default

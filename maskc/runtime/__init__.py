@@ -261,17 +261,27 @@ class Attention:
                           (a.data.ptr for a in _upload(tables, tq.device, stream))))
         values.update(zip(("key_work", "col_ptr", "q_tiles", "q_kinds"),
                           (a.data.ptr for a in _upload(key_tables, tq.device, stream))))
-        args = abi.pack(abi.BACKWARD_ARGS, values)
+        bwd = options.backward
+        if any(a.name == "tm_q" for a in bwd.args):  # the Hopper dK/dV kernel reads through TMA tensor maps
+            tokens = tq.shape[0] if x.packed else tq.shape[1]
+            sequences = 1 if x.packed else tq.shape[0]
+            q_run = min(compiled.tiling.run("q"), bwd.q_step)
+            for name, t, run in (("q", tq, q_run), ("dout", tdo, q_run), ("k", tk, compiled.tiling.run("k")),
+                                 ("v", tv, compiled.tiling.run("k"))):
+                b, tok, h = _token_strides(t, x.packed)
+                values[f"tm_{name}"] = tensor_map(t.ptr, options.dtype, options.head_dim, t.shape[-2], tokens, sequences,
+                                                  h, tok, b, run)
+            values["packed"] = int(x.packed)
+        args = abi.pack(bwd.args, values)
         import cupy
 
-        bwd = options.backward
         items = {"dq": len(desc.work_seq), "dkdv": len(key_tables.col_ptr) - 1}
         for kernel, name in zip(("dq", "dkdv"), compiled.backward_names):  # dQ first: it writes delta
             shared = bwd.shared_memory_bytes(options, kernel)
             _, function = _module(str(compiled.backward_cubin), name, shared, tq.device)
             grid = bwd.grid(kernel, options, items[kernel], hq, hkv)
             with cupy.cuda.Device(tq.device):
-                function((grid,), (bwd.threads,), args, shared_mem=shared, stream=stream)
+                function((grid,), (bwd.threads(kernel),), args, shared_mem=shared, stream=stream)
         return grads
 
     def _prepare(self, tq, tk, tv, to, tl, packed, desc, tables, scale, lse_shape, caller_out, caller_lse):
@@ -554,7 +564,7 @@ def _load(program, options: dict) -> Attention:
     return Attention(compile_program(program, kernel_options, consts))
 
 
-KERNEL_OPTIONS = ("head_dim", "dtype", "arch", "key_tile", "kv_stages")
+KERNEL_OPTIONS = ("head_dim", "dtype", "arch", "key_tile", "kv_stages", "backward_kernels")
 
 
 def split_options(options: dict, program=None) -> tuple:

@@ -48,6 +48,11 @@ def reference_grads(q, k, v, d_out, mask, scale, upcast: bool):
     return [x.grad for x in leaves]
 
 
+# Every backward pass the GPU can run: each family's default, and on Hopper the Hopper dK/dV kernel.
+PASSES = [(arch, None) for arch in FAMILIES] + ([("sm_90a", "hopper")] if "sm_90a" in FAMILIES else [])
+PASS_IDS = [f"{arch}-{kernels or 'default'}" for arch, kernels in PASSES]
+
+
 def make_case(name, **kw):
     """The example, (q, k, v, d_out), the call's keywords, the masks and the lengths (test_kernels.make_case)."""
     return make_kernel_case(name, tensors=4, **kw)
@@ -84,8 +89,11 @@ def check_grads(grads, tensors, masks, lengths, scale, packed):
             f"sequence {b}: keys no query sees must get dk = dv = 0"
 
 
-def run_autograd(name, **kw):
-    attn, tensors, call, masks, lengths = make_case(name, **kw)
+def run_autograd(name, backward=(None, None), **kw):
+    arch, kernels = backward
+    if kernels is not None:
+        kw["backward_kernels"] = kernels
+    attn, tensors, call, masks, lengths = make_case(name, arch=arch, **kw)
     q, k, v, d_out = tensors
     leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
     out = attn(*leaves, **call)
@@ -97,35 +105,37 @@ def run_autograd(name, **kw):
     check_grads([x.grad for x in leaves], tensors, masks, lengths, 1.0 / math.sqrt(head_dim), call["cu_seqlens"] is not None)
 
 
-@pytest.mark.parametrize("arch", FAMILIES)
+@pytest.mark.parametrize("backward", PASSES, ids=PASS_IDS)
 @pytest.mark.parametrize("name", sorted(SMALL))
-def test_gradients_bf16_hd128_packed(name, arch):
-    run_autograd(name, arch=arch)
+def test_gradients_bf16_hd128_packed(name, backward):
+    run_autograd(name, backward)
 
 
-@pytest.mark.parametrize("arch", FAMILIES)
+@pytest.mark.parametrize("backward", PASSES, ids=PASS_IDS)
 @pytest.mark.parametrize("name", ["causal", "document", "clear_text", "rm_shared", "tree", "block_sparse", "natten2d"])
-def test_gradients_fp16_hd64_gqa(name, arch):
-    run_autograd(name, head_dim=64, dtype="fp16", heads=(6, 2), seed=1, arch=arch)
+def test_gradients_fp16_hd64_gqa(name, backward):
+    run_autograd(name, backward, head_dim=64, dtype="fp16", heads=(6, 2), seed=1)
 
 
-@pytest.mark.parametrize("arch", FAMILIES)
+@pytest.mark.parametrize("backward", PASSES, ids=PASS_IDS)
 @pytest.mark.parametrize("name", ["hstu", "natten2d", "sliding_window", "clear"])
-def test_gradients_padded_batch(name, arch):
-    run_autograd(name, packed=False, seed=2, arch=arch)
+def test_gradients_padded_batch(name, backward):
+    run_autograd(name, backward, packed=False, seed=2)
 
 
-@pytest.mark.parametrize("arch", FAMILIES)
+@pytest.mark.parametrize("backward", PASSES, ids=PASS_IDS)
 @pytest.mark.parametrize("name, sequences", [("causal", [{"n": 3001}]), ("document", [{"docs": [900, 5, 1400, 700]}])])
-def test_gradients_longer_sequences(name, sequences, arch):
-    run_autograd(name, sequences=sequences, heads=(4, 1), seed=3, arch=arch)
+def test_gradients_longer_sequences(name, sequences, backward):
+    run_autograd(name, backward, sequences=sequences, heads=(4, 1), seed=3)
 
 
-@pytest.mark.parametrize("arch", FAMILIES)
-def test_backward_is_deterministic_and_the_cupy_pair_matches_autograd(arch):
+@pytest.mark.parametrize("backward", PASSES, ids=PASS_IDS)
+def test_backward_is_deterministic_and_the_cupy_pair_matches_autograd(backward):
     import cupy
 
-    attn, tensors, call, _, _ = make_case("shared_prompt", heads=(4, 2), seed=4, arch=arch)
+    arch, kernels = backward
+    options = {} if kernels is None else {"backward_kernels": kernels}
+    attn, tensors, call, _, _ = make_case("shared_prompt", heads=(4, 2), seed=4, arch=arch, **options)
     q, k, v, d_out = tensors
     out, lse = attn(q, k, v, return_lse=True, **call)
     first = attn.backward(q, k, v, out, lse, d_out, **call)
