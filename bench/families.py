@@ -1,7 +1,10 @@
 """The kernel families side by side on one GPU: correctness on sampled rows, then time (a development
 check for the Hopper family; bench/harness.py is the full comparison with FlexAttention and SDPA).
 
-    python bench/families.py [--n 32768] [--heads 16] [--head-dim 128] [--workloads causal full ...]
+    python bench/families.py [--n 32768] [--heads 16] [--head-dim 128] [--workloads causal full ...] [--backward]
+
+With --backward, also the backward pass of each variant: its time, effective TFLOP/s (2.5 x the forward's
+work) and the largest difference of its dq, dk, dv from the first variant's (relative to their largest value).
 """
 
 from __future__ import annotations
@@ -48,7 +51,9 @@ def main():
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--archs", nargs="+", default=["sm_90", "sm_90a"],
-                    help="kernel variants: an arch, optionally with :kN (N-key tiles) and :sN (N K/V stages)")
+                    help="kernel variants: an arch, optionally with :kN (N-key tiles), :sN (N K/V stages) and "
+                         ":hopper (the Hopper backward kernels)")
+    ap.add_argument("--backward", action="store_true", help="also time the backward pass")
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
     args = ap.parse_args()
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
@@ -58,11 +63,14 @@ def main():
         q, k, v = (torch.randn(1, args.n, args.heads, args.head_dim, device="cuda", dtype=dt) for _ in range(3))
         rows = np.sort(np.random.default_rng(0).choice(args.n, 128, replace=False))
         visible_pairs = None
+        grads = {}  # the first variant's gradients, to compare the others with
         for arch in args.archs:
             # "sm_90a:k64:s3": the Hopper family with 64-key tiles and a three-stage K/V pipeline
             arch_name, *extras = arch.split(":")
             names = {"k": "key_tile", "s": "kv_stages"}
-            options = {"arch": arch_name, **{names[e[0]]: int(e[1:]) for e in extras}}
+            options = {"arch": arch_name, **{names[e[0]]: int(e[1:]) for e in extras if e != "hopper"}}
+            if "hopper" in extras:
+                options["backward_kernels"] = "hopper"
             if args.head_dim not in maskc.kernels.KernelOptions(arch=arch_name).family.head_dims:
                 continue
             try:
@@ -77,14 +85,33 @@ def main():
                 err = sample_error(attn, q, k, v, out, params, rows)
                 ms = do_bench(lambda: attn(q, k, v, **params), warmup=25, rep=200, return_mode="median")
                 tflops = 4 * visible_pairs * args.head_dim * args.heads / (ms * 1e-3) / 1e12
-                rows_out.append((name, arch, err, ms, tflops, first))
+                backward = backward_pass(attn, q, k, v, params, grads, visible_pairs, args) if args.backward else ()
+                rows_out.append((name, arch, err, ms, tflops, first, *backward))
             except Exception as exc:  # keep going: one failure must not hide the other results
                 rows_out.append((name, arch, float("nan"), float("nan"), float("nan"), float("nan")))
                 print(f"{name} {arch}: {type(exc).__name__}: {exc}"[:400], flush=True)
             print(rows_out[-1], flush=True)
-    print(f"\n{'workload':16s} {'arch':10s} {'max err':>9s} {'ms':>8s} {'TFLOP/s':>8s} {'first s':>8s}")
-    for name, arch, err, ms, tflops, first in rows_out:
-        print(f"{name:16s} {arch:10s} {err:9.2e} {ms:8.3f} {tflops:8.1f} {first:8.2f}")
+    print(f"\n{'workload':16s} {'arch':16s} {'max err':>9s} {'ms':>8s} {'TFLOP/s':>8s} {'first s':>8s}"
+          + (f" {'bwd ms':>8s} {'bwd TF/s':>8s} {'grad diff':>9s}" if args.backward else ""))
+    for name, arch, err, ms, tflops, first, *backward in rows_out:
+        print(f"{name:16s} {arch:16s} {err:9.2e} {ms:8.3f} {tflops:8.1f} {first:8.2f}"
+              + ("".join(f" {x:8.3f}" if i < 2 else f" {x:9.2e}" for i, x in enumerate(backward)) if backward else ""))
+
+
+def backward_pass(attn, q, k, v, params, grads, visible_pairs, args):
+    """(ms, effective TFLOP/s, max relative difference from the first variant's gradients)."""
+    out, lse = attn(q, k, v, return_lse=True, **params)
+    d_out = torch.randn_like(q, generator=torch.Generator(device="cuda").manual_seed(1))
+    got = attn.backward(q, k, v, out, lse, d_out, **params)
+    torch.cuda.synchronize()
+    if not grads:
+        grads.update(zip("qkv", got))
+    diff = max(((a.float() - grads[n].float()).abs().max() / grads[n].float().abs().max().clamp_min(1e-6)).item()
+               for n, a in zip("qkv", got))
+    if any(torch.isnan(g).any().item() for g in got):
+        diff = float("nan")
+    ms = do_bench(lambda: attn.backward(q, k, v, out, lse, d_out, **params), warmup=10, rep=100, return_mode="median")
+    return ms, 2.5 * 4 * visible_pairs * args.head_dim * args.heads / (ms * 1e-3) / 1e12, diff
 
 
 if __name__ == "__main__":
