@@ -101,7 +101,7 @@ def main():
 def backward_pass(attn, q, k, v, params, grads, visible_pairs, args):
     """(ms, effective TFLOP/s, max relative difference from the first variant's gradients)."""
     out, lse = attn(q, k, v, return_lse=True, **params)
-    d_out = torch.randn_like(q, generator=torch.Generator(device="cuda").manual_seed(1))
+    d_out = torch.randn(q.shape, device=q.device, dtype=q.dtype, generator=torch.Generator(device="cuda").manual_seed(1))
     got = attn.backward(q, k, v, out, lse, d_out, **params)
     torch.cuda.synchronize()
     if not grads:
