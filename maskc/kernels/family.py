@@ -25,17 +25,17 @@ DTYPES = {"bf16": "bf16", "fp16": "f16"}  # option name -> PTX type name
 @dataclass(frozen=True)
 class BackwardKernels:
     """A backward pass: a dQ kernel over the forward descriptor, then a dK/dV kernel over the descriptor by
-    key tile, both taking `args`, on the forward plan's tiles. The dQ kernel is the portable one (4 warps, a
-    key tile in chunks of `key_chunk` keys); the dK/dV kernel is either portable (4 warps per chunk of
-    `key_chunk` keys) or Hopper (a producer warp and two consumer warpgroups per key tile of 128, queries in
-    steps of `q_step` through `stages` buffers)."""
+    key tile, both taking `args`, on the forward plan's tiles. Portable: 4 warps, a key tile in chunks of
+    `key_chunk` keys (one chunk per dK/dV CTA). Hopper: a producer warp and two consumer warpgroups of 64
+    rows; the dQ kernel streams K and V tiles, the dK/dV kernel Q and dO in steps of `q_step` queries through
+    `stages` buffers."""
 
     name: str  # the option that selects it (KernelOptions.backward_kernels)
     template: str  # under templates/
     summary: str
     head_dims: tuple[int, ...]
     args: tuple[abi.Arg, ...] = abi.BACKWARD_ARGS  # both kernels take this list
-    hopper_dkdv: bool = False
+    hopper: bool = False
     key_tiles: tuple[int, ...] = ()  # the plan's key tiles it supports; () for any
     key_chunk: int = 64
     q_step: int = 64
@@ -45,29 +45,28 @@ class BackwardKernels:
         return options.head_dim in self.head_dims and (not self.key_tiles or options.block_k in self.key_tiles)
 
     def threads(self, kernel: str) -> int:
-        return 384 if kernel == "dkdv" and self.hopper_dkdv else 128
-
-    @property
-    def dkdv_threads(self) -> int:
-        return self.threads("dkdv")
+        return 384 if self.hopper else 128
 
     def shared_memory_bytes(self, options: KernelOptions, kernel: str) -> int:
-        """dQ: Q and dO tiles, two K chunks and a V chunk; portable dK/dV: a K and a V chunk, Q and dO tiles;
-        both with the LSE and delta of the query tile (fp32). Hopper dK/dV: the K and V tiles, then per stage
-        a step of Q and of dO with their LSE and delta, the mbarriers and 1024 bytes of alignment."""
-        d = options.head_dim
-        if kernel == "dkdv" and self.hopper_dkdv:
+        """Portable dQ: Q and dO tiles, two K chunks and a V chunk; portable dK/dV: a K and a V chunk, Q and dO
+        tiles; both with the LSE and delta of the query tile (fp32). Hopper dQ: Q and dO tiles, two stages of K
+        and V tiles, delta of the query tile; Hopper dK/dV: the K and V tiles, then per stage a step of Q and of
+        dO with their LSE and delta. Hopper kernels add their mbarriers and 1024 bytes of alignment."""
+        d, bq, bk = options.head_dim, options.block_q, options.block_k
+        if self.hopper and kernel == "dq":
+            return 1024 + 2 * bq * d * ELEMENT_BYTES + 2 * 2 * bk * d * ELEMENT_BYTES + bq * 4 + 8 * 5
+        if self.hopper:
             per_stage = 2 * self.q_step * d * ELEMENT_BYTES + 2 * self.q_step * 4
-            return 1024 + 2 * options.block_k * d * ELEMENT_BYTES + self.stages * per_stage + 8 * (1 + 2 * self.stages)
+            return 1024 + 2 * bk * d * ELEMENT_BYTES + self.stages * per_stage + 8 * (1 + 2 * self.stages)
         k_chunks = {"dq": 3, "dkdv": 2}[kernel]
-        return (2 * options.block_q + k_chunks * self.key_chunk) * d * ELEMENT_BYTES + 2 * options.block_q * 4
+        return (2 * bq + k_chunks * self.key_chunk) * d * ELEMENT_BYTES + 2 * bq * 4
 
     def grid(self, kernel: str, options: KernelOptions, items: int, num_heads: int, kv_heads: int) -> int:
         """dQ: one CTA per (query tile, query head); dK/dV: per (key chunk, key/value head), or per (key tile,
         key/value head) for the Hopper kernel."""
         if kernel == "dq":
             return items * num_heads
-        chunks = 1 if self.hopper_dkdv else options.block_k // self.key_chunk
+        chunks = 1 if self.hopper else options.block_k // self.key_chunk
         return items * chunks * kv_heads
 
 
@@ -82,11 +81,11 @@ PORTABLE_BACKWARD = BackwardKernels(
 HOPPER_BACKWARD = BackwardKernels(
     name="hopper",
     template="sm90a/attention_bwd.cu.j2",
-    summary="the portable dQ kernel, then dK and dV with wgmma and TMA (a producer warp, two consumer warpgroups "
-            "of 64 keys); deterministic (no atomics)",
+    summary="wgmma and TMA, a producer warp and two consumer warpgroups of 64 rows (queries for dQ, keys for dK "
+            "and dV); deterministic (no atomics)",
     head_dims=(64, 128),
     args=abi.SM90A_BACKWARD_ARGS,
-    hopper_dkdv=True,
+    hopper=True,
     key_tiles=(128,),
 )
 
