@@ -91,13 +91,14 @@ def _define_ops() -> None:
         attn = _attentions[handle]
         return attn.forward(q, k, v, cu_seqlens=cu_seqlens, scale=scale, **_params(constants, names, values))
 
+    # The fake implementations give what the real ones return: new contiguous tensors, whatever q's strides.
     @attention.register_fake
     def _(q, k, v, cu_seqlens, handle, scale, constants, names, values):
         if cu_seqlens is not None:  # [T, H, D] -> LSE [H, T]
             lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
         else:  # [B, N, H, D] -> LSE [B, H, N]
             lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
-        return torch.empty_like(q), lse
+        return q.new_empty(q.shape), lse
 
     @torch.library.custom_op("maskc::attention_backward", mutates_args=())
     def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
@@ -112,7 +113,7 @@ def _define_ops() -> None:
 
     @attention_backward.register_fake
     def _(q, k, v, out, lse, d_out, cu_seqlens, handle, scale, constants, names, values):
-        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
     def setup_context(ctx, inputs, output):
         q, k, v, cu_seqlens, handle, scale, constants, names, values = inputs
