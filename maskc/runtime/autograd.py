@@ -38,14 +38,21 @@ def torch_loaded() -> bool:
     return "torch" in sys.modules
 
 
+_unavailable: str | None = None  # why the ops could not be defined (this torch refused them), if so
+
+
 def register() -> None:
-    """Define maskc's custom ops (once; a no-op until torch is imported)."""
-    global _registered
+    """Define maskc's custom ops (once; a no-op until torch is imported). A torch that refuses them costs
+    autograd and torch.compile support, never the plain call: the reason is kept and raised on first use."""
+    global _registered, _unavailable
     if _registered or not torch_loaded():
         return
     with _lock:
         if not _registered:
-            _define_ops()
+            try:
+                _define_ops()
+            except Exception as exc:  # noqa: BLE001 - any refusal of this torch version; reported when used
+                _unavailable = f"{type(exc).__name__}: {exc}"
             _registered = True
 
 
@@ -135,6 +142,10 @@ def _define_ops() -> None:
 def attention_op(attn, q, k, v, cu_seqlens, scale, return_lse: bool, params: dict):
     """The call through the custom op (autograd, torch.compile)."""
     import torch
+
+    if _unavailable is not None:
+        raise RuntimeError(f"maskc's autograd and torch.compile support could not be set up with torch "
+                           f"{torch.__version__} ({_unavailable}); call it under torch.no_grad() for the forward alone")
 
     if cu_seqlens is not None and not isinstance(cu_seqlens, torch.Tensor):
         cu_seqlens = torch.as_tensor(cu_seqlens, dtype=torch.int64)
