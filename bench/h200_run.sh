@@ -4,8 +4,10 @@
 # Results go to $OUT (or ./h200-results), at most 8 files: env.txt, pytest.log, run_examples.jsonl, misc.log
 # (errors of `maskc run`, planner table), plan_time.json, bench.json, bench.png, bench.log.
 #
-# STAGES picks what runs (default: all four, ~10 minutes; the GPU tool allows 10 minutes a command, so split
-# a session into two calls: STAGES="tests examples plan" then STAGES=bench). HARNESS_ARGS adds options to
+# STAGES picks what runs (default: the first four, ~10 minutes; the GPU tool allows 10 minutes a command, so split
+# a session into calls: STAGES="tests examples plan", then STAGES=bench, then STAGES=training).
+# training: both backward passes side by side (bench/families.py --backward), the harness's --backward table for
+# maskc and Flex-Triton, and 100 steps of examples/train_reward_model.py (training.log, train.png). HARNESS_ARGS adds options to
 # bench/harness.py (e.g. "--family sm90a"); MASKC_COMMIT names the commit when .git does not travel.
 set -uo pipefail
 OUT=${OUT:-h200-results}
@@ -43,6 +45,15 @@ fi
 
 if has plan; then
     timeout 90 python3 bench/plan_time.py --json "$OUT/plan_time.json" 2>&1 | tee -a "$OUT/misc.log"
+fi
+
+if has training; then
+    timeout 150 python3 bench/families.py --backward --archs sm_90a sm_90a:hopper \
+        --workloads causal document shared_prompt > "$OUT/training.log" 2>&1
+    timeout 240 python3 bench/harness.py --backward --systems maskc flex-triton \
+        --workloads causal document rm_shared --json "$OUT/bench_backward.json" >> "$OUT/training.log" 2>&1
+    timeout 150 python3 examples/train_reward_model.py --steps 100 --png "$OUT/train.png" >> "$OUT/training.log" 2>&1
+    grep -E "^(workload|causal|document|shared_prompt)|time per step|largest gap|fwd\+bwd|backward alone" "$OUT/training.log" | tail -30
 fi
 
 # Last, so that its tables end the output (the GPU tool returns the tail).
