@@ -113,3 +113,52 @@ def test_random_predicates_are_a_program_or_a_mask_error(sides, predicate):
         read_program(FUZZ_HEADER + f"    {sides} where {predicate}\n")
     except MaskError as e:
         e.render()
+
+
+# ---- local names (`let`)
+
+
+def _rules_text(program) -> list[str]:
+    from maskc import ir
+
+    return [ir.show(r.pred) for r in program.regions]
+
+
+def _mask(rule: str, header: str = "mask m(w: int = 8)", segments: str = "    A = n") -> str:
+    return f"{header}\nsegments:\n{segments}\nrules:\n    {rule}\n"
+
+
+def test_let_means_exactly_the_expressions_written_out():
+    with_let = read_program(_mask("A -> A where (let lo = q - w, hi = lo + 2 * w\n in lo <= k and k < hi)"))
+    written_out = read_program(_mask("A -> A where q - w <= k and k < q - w + 2 * w"))
+    assert _rules_text(with_let) == _rules_text(written_out)
+
+
+def test_let_bindings_see_the_earlier_ones_and_an_inner_let_its_outer():
+    nested = read_program(_mask("A -> A where let s = 1 in let s = s + 1, t = s * 3 in q - k < t"))
+    assert _rules_text(nested) == _rules_text(read_program(_mask("A -> A where q - k < (1 + 1) * 3")))
+
+
+def test_let_in_a_segment_length_and_inside_a_call():
+    program = read_program(_mask("A -> A causal", segments="    A = let half = n // 2 in half\n    B = n - n // 2"))
+    assert [s.name for s in program.segments] == ["A", "B"]
+    read_program(_mask("A -> A where q - k < max(let a = w in a, 2)"))
+
+
+@pytest.mark.parametrize("rule, message", [
+    ("A -> A where let w = 3 in q - k < w", "local name 'w' is already a parameter"),
+    ("A -> A where let n = 3 in q - k < n", "local name 'n' is already a parameter"),
+    ("A -> A where let A = 3 in q - k < A", "local name 'A' is already a segment"),
+    ("A -> A where let q = 3 in q - k < 2", "local name 'q' is already the query token"),
+    ("A -> A where let clamp = 3 in q - k < clamp", "local name 'clamp' is already a function"),
+])
+def test_a_local_name_may_not_hide_another_name(rule, message):
+    text = error_text(read_program, _mask(rule))
+    assert f"<mask>:5:" in text.splitlines()[0] and message in text.splitlines()[0]
+
+
+def test_a_problem_inside_a_definition_is_reported_where_it_is_written():
+    text = error_text(read_program, _mask("A -> A where let a = 3, b = a + nope in q - k < b"))
+    assert text.splitlines()[0] == "<mask>:5:36: error: unknown name 'nope'"
+    text = error_text(read_program, _mask("A -> A where let a = true in q - k < a"))
+    assert "<mask>:5:" in text.splitlines()[0] and "bool" in text

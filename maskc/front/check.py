@@ -158,6 +158,8 @@ class _Checker:
             self.check_param(p)
         for segment in self.ast.segments:
             self.check_segment(segment)
+        for name in self.ast.local_names:
+            self.check_local_name(name)
         for rule in self.ast.rules:
             self.check_rule(rule)
         for line in self.ast.batch:
@@ -247,6 +249,17 @@ class _Checker:
                 self.report(segment.span, f"a grid has 2 or 3 dimensions, not {len(segment.dims)}")
             for dim in segment.dims:
                 self.expect(dim, INT, _Scope(f"the dimensions of {name}"), "a grid dimension")
+
+    def check_local_name(self, name: Name) -> None:
+        """A `let` name must not hide another name: inside its `let` every use would mean the local one."""
+        text = name.text
+        taken = ("a parameter" if text in self.params or text == "n" else
+                 "a segment" if text in self.segments else
+                 "an index variable" if text in self.index_var_names else
+                 f"the {TOKENS[text]} token" if text in TOKENS else
+                 "a function" if text in FUNCTIONS else None)
+        if taken:
+            self.report(name.span, f"local name '{text}' is already {taken}", "choose another name for it")
 
     def check_index_var_name(self, var: Name) -> None:
         name = var.text

@@ -20,7 +20,7 @@ from maskc.diagnostics import Diagnostic, MaskError, Source, Span, error
 from maskc.resources import resource_dir
 
 KEYWORDS = frozenset(
-    "mask segments rules batch where full causal diag grid and or not true false const int bool".split()
+    "mask segments rules batch where full causal diag grid and or not true false const int bool let in".split()
 )
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -243,6 +243,7 @@ class MaskFile:
     rules: tuple[Rule, ...]
     batch: tuple[BatchLine, ...]
     span: Span
+    local_names: tuple[Name, ...] = ()  # every name a `let` binds (already substituted), for the checker
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -369,6 +370,9 @@ def _integer(token: lark.Token, span: Span, negative: bool = False) -> IntLit:
 class _Builder:
     """Walks Lark's parse tree into the AST. One method per rule (or alias) of the grammar."""
 
+    def __init__(self):
+        self.local_names: list[Name] = []
+
     def build(self, tree: lark.Tree):
         return getattr(self, tree.data)(tree)
 
@@ -387,6 +391,7 @@ class _Builder:
             rules=self.build_all(rules.children),
             batch=self.build_all(batch[0].children) if batch else (),
             span=_span(tree),
+            local_names=tuple(self.local_names),
         )
 
     def param(self, tree):
@@ -521,6 +526,39 @@ class _Builder:
         array, *indices = tree.children
         return Subscript(_name(array), self.build_all(indices), _span(tree))
 
+    def let_expr(self, tree):
+        """The body with each local name replaced by its definition (which keeps its own span, so that a
+        problem inside it is reported where it is written). A binding sees the bindings before it."""
+        *bindings, body = tree.children
+        env: dict[str, Expr] = {}
+        for binding in bindings:
+            name, value = binding.children
+            self.local_names.append(_name(name))
+            env[str(name)] = substitute(self.build(value), env)
+        return substitute(self.build(body), env)
+
+
+def substitute(e: Expr, env: dict[str, Expr]) -> Expr:
+    """`e` with every `Name` in `env` replaced by its expression. Only values are names here: the list of a
+    subscript and the function of a call are not (a local name may not shadow them: the checker says so)."""
+    if not env:
+        return e
+    if isinstance(e, Name):
+        return env.get(e.text, e)
+    if isinstance(e, Call):
+        return Call(e.func, tuple(substitute(a, env) for a in e.args), e.span)
+    if isinstance(e, Subscript):
+        return Subscript(e.array, tuple(substitute(i, env) for i in e.indices), e.span)
+    if isinstance(e, UnaryOp):
+        return UnaryOp(e.op, substitute(e.arg, env), e.span)
+    if isinstance(e, BinaryOp):
+        return BinaryOp(e.op, substitute(e.lhs, env), substitute(e.rhs, env), e.span)
+    if isinstance(e, Comparison):
+        return Comparison(tuple(substitute(x, env) for x in e.operands), e.ops, e.span)
+    if isinstance(e, BoolOp):
+        return BoolOp(e.op, tuple(substitute(a, env) for a in e.args), e.span)
+    return e  # literals and token attributes (q.y): nothing to replace
+
 
 # ---------------------------------------------------------------------------------------------------
 # Syntax errors in words
@@ -528,7 +566,7 @@ class _Builder:
 
 # Sets of terminals that read better as one phrase in "expected ...". A group applies when the parser
 # accepts all of its `trigger` terminals; it then stands for all of its `covers` terminals.
-_EXPRESSION_START = {"NAME", "INT", "LPAR", "MINUS", "TRUE", "FALSE", "NOT"}
+_EXPRESSION_START = {"NAME", "INT", "LPAR", "MINUS", "TRUE", "FALSE", "NOT", "LET"}
 _OPERATORS = {"PLUS", "MINUS", "STAR", "FLOORDIV", "MOD", "CIRCUMFLEX", "LT", "LE", "GT", "GE", "EQ", "NE",
               "AND", "OR", "DOT", "LPAR", "LSQB"}  # fmt: skip
 _PHRASES = [
