@@ -229,11 +229,12 @@ def cli():
     """
 
 
-@cli.command("compile", short_help="Emit the CUDA kernel (.cu), PTX or a cubin for a mask.")
-@click.argument("mask", type=MASK_ARGUMENT)
-@click.option("-o", "--output", metavar="FILE",
-              help="Where to write; '-' for stdout. Default: the input's name with the suffix of --emit, in the "
-                   "current directory (hstu.mask -> hstu.cu), as a C compiler does.")
+@cli.command("compile", short_help="Emit the CUDA kernel (.cu), PTX or a cubin for masks.")
+@click.argument("masks", type=MASK_ARGUMENT, nargs=-1, required=True, metavar="MASK...")
+@click.option("-o", "--output", metavar="FILE|DIR",
+              help="Where to write: a file, or '-' for stdout (one mask); a directory (several masks). Default: "
+                   "each input's name with the suffix of --emit, in the current directory (hstu.mask -> hstu.cu), "
+                   "as a C compiler does.")
 @click.option("--emit", type=click.Choice(list(EMIT_SUFFIX)), default="cu", show_default=True,
               help="cu: the self-contained kernel source; ptx or cubin: built with NVRTC for --arch.")
 @click.option("--arch", type=click.Choice(ARCHS), default="sm_90", show_default=True, help="Target GPU architecture.")
@@ -243,22 +244,46 @@ def cli():
 @param_option("Value of a const parameter, compiled in (repeatable). Runtime parameters are call arguments, "
               "not compile options.")
 @reporting_errors
-def compile_command(mask, output, emit, arch, head_dim, dtype, params):
-    """Compile MASK ('-' reads stdin) into a kernel for one architecture, head dim and dtype.
+def compile_command(masks, output, emit, arch, head_dim, dtype, params):
+    """Compile each MASK ('-' reads stdin) into a kernel for one architecture, head dim and dtype.
 
-    The output is deterministic: the same mask, options and maskc version give the same bytes, from any
-    directory (the banner names the mask by its base name).
+    With several masks, a mask with an error is reported and the others are still written; the exit code
+    is then 1. The output is deterministic: the same mask, options and maskc version give the same bytes,
+    from any directory (the banner names the mask by its base name).
     """
-    if output is None:
-        if mask == "-":
-            raise click.UsageError("reading the mask from stdin: say where the output goes with -o FILE (or -o -)")
-        output = Path(mask).stem + EMIT_SUFFIX[emit]
+    several = len(masks) > 1
+    if several and "-" in masks:
+        raise click.UsageError("'-' (stdin) is one mask: compile it alone")
+    if several and output is not None and not Path(output).is_dir():
+        raise click.UsageError(f"several masks: -o must be an existing directory, got {output!r}")
+    if masks == ("-",) and output is None:
+        raise click.UsageError("reading the mask from stdin: say where the output goes with -o FILE (or -o -)")
     if output == "-" and emit == "cubin" and stdout_is_terminal():
         raise click.UsageError("a cubin is binary: redirect stdout to a file, or give -o FILE")
     try:
         options = KernelOptions(int(head_dim), dtype, arch)
     except ValueError as exc:  # an option the chosen kernel family does not support
         raise click.UsageError(str(exc)) from None
+    failed = False
+    for mask in masks:
+        target = output if not several and output is not None else \
+            str(Path(output or ".") / (Path(mask).stem + EMIT_SUFFIX[emit]))
+        if not several:
+            compile_one(mask, target, options, emit, params)
+            continue
+        try:
+            compile_one(mask, target, options, emit, params)
+        except MaskError as exc:
+            click.echo(exc.render(), err=True)
+            failed = True
+        except ValueError as exc:
+            click.echo(f"{mask}: error: {exc}", err=True)
+            failed = True
+    if failed:
+        raise SystemExit(1)
+
+
+def compile_one(mask: str, output: str, options: KernelOptions, emit: str, params) -> None:
     program = read_mask(mask)
     consts, _ = split_params(program, params, allow_runtime=False)
     compiled = compile_program(program, options, consts)

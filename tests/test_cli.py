@@ -690,3 +690,24 @@ def test_compile_refuses_options_the_family_does_not_support(run, tmp_path):
     assert result.exit_code == 2 and "head_dim must be one of (64, 128) for sm_80" in result.stderr
     result = run("compile", example("causal"), "-o", tmp_path / "x.cu", "--head-dim", "256", "--arch", "sm_90a")
     assert result.exit_code == 0 and "maskc_causal_fwd_sm90a_hd256_bf16" in (tmp_path / "x.cu").read_text()
+
+
+def test_compile_takes_several_masks(run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = run("compile", example("causal"), example("hstu"))
+    assert result.exit_code == 0, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["causal.cu", "hstu.cu"]
+    assert (tmp_path / "hstu.cu").read_text() == run("compile", example("hstu"), "-o", "-").stdout
+
+
+def test_compile_of_several_masks_reports_each_bad_one_and_writes_the_others(run, tmp_path):
+    bad = tmp_path / "bad.mask"
+    bad.write_text("mask bad()\nsegments:\n    S = n\nrules:\n    S -> S casual\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    result = run("compile", str(bad), example("causal"), "-o", str(out))
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"{bad}:5:12: error: unexpected name 'casual'")
+    assert sorted(p.name for p in out.iterdir()) == ["causal.cu"]
+    misuse = run("compile", str(bad), example("causal"), "-o", str(out / "x.cu"))
+    assert misuse.exit_code == 2 and "several masks: -o must be an existing directory" in misuse.stderr
