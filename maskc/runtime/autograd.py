@@ -18,7 +18,7 @@ import json
 import sys
 import threading
 import weakref
-from typing import List, Optional  # spelled so: torch infers the ops' schemas from these hints
+from typing import List, Optional  # spelled so: torch infers the ops' schemas from these hints (no List[str])
 
 _attentions: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # handle -> Attention (the ops' integer)
 _handles = itertools.count(1)
@@ -71,11 +71,11 @@ def split_values(params: dict, tracing: bool):
                 raise ValueError(f"under torch.compile, runtime value '{name}' must be a tensor or a value torch.tensor "
                                  "accepts (per-sequence lists of one length); ragged lists work outside torch.compile") from None
         names = sorted(values)
-        return "{}", names, [values[n] for n in names]
+        return "{}", ",".join(names), [values[n] for n in names]
     tensors = {name: value for name, value in params.items() if isinstance(value, torch.Tensor)}
     constants = {name: value for name, value in params.items() if name not in tensors}
     names = sorted(tensors)
-    return json.dumps(constants, sort_keys=True, default=_jsonable), names, [tensors[n] for n in names]
+    return json.dumps(constants, sort_keys=True, default=_jsonable), ",".join(names), [tensors[n] for n in names]
 
 
 def _jsonable(value):
@@ -84,8 +84,10 @@ def _jsonable(value):
     raise TypeError(f"runtime value of type {type(value).__name__} is not a number, a list or a tensor")
 
 
-def _params(constants: str, names: list[str], values: list) -> dict:
-    return json.loads(constants) | dict(zip(names, values))
+def _params(constants: str, names: str, values: list) -> dict:
+    """The runtime values back from the ops' arguments (`names`: the tensor values' names, comma-separated:
+    op schemas take no list of strings)."""
+    return json.loads(constants) | dict(zip(names.split(",") if names else (), values))
 
 
 def _define_ops() -> None:
@@ -93,7 +95,7 @@ def _define_ops() -> None:
 
     @torch.library.custom_op("maskc::attention", mutates_args=())
     def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: Optional[torch.Tensor],
-                  handle: int, scale: Optional[float], constants: str, names: List[str],
+                  handle: int, scale: Optional[float], constants: str, names: str,
                   values: List[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         attn = _attentions[handle]
         return attn.forward(q, k, v, cu_seqlens=cu_seqlens, scale=scale, **_params(constants, names, values))
@@ -110,7 +112,7 @@ def _define_ops() -> None:
     @torch.library.custom_op("maskc::attention_backward", mutates_args=())
     def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
                            d_out: torch.Tensor, cu_seqlens: Optional[torch.Tensor], handle: int,
-                           scale: Optional[float], constants: str, names: List[str],
+                           scale: Optional[float], constants: str, names: str,
                            values: List[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if d_out.stride(-1) != 1 or d_out.data_ptr() % 16 or any(s % 8 for s in d_out.stride()[:-1]):
             d_out = d_out.contiguous()  # the kernels read whole 16-byte rows
