@@ -136,7 +136,8 @@ def _define_ops() -> None:
         handle, scale, constants, names = ctx.call
         dq, dk, dv = torch.ops.maskc.attention_backward(q, k, v, out, lse, d_out, cu_seqlens, handle, scale,
                                                         constants, names, values)
-        return dq, dk, dv, None, None, None, None, None, None
+        # One entry per input, in the inputs' structure: `values` is a list, so its entry is a list too.
+        return dq, dk, dv, None, None, None, None, None, [None] * len(values)
 
     attention.register_autograd(backward, setup_context=setup_context)
 
