@@ -48,7 +48,7 @@ if has plan; then
 fi
 
 if has training; then
-    timeout 150 python3 bench/families.py --backward --archs sm_90a sm_90a:hopper \
+    timeout 150 python3 bench/families.py --backward --archs sm_90a sm_90a:portable \
         --workloads causal document shared_prompt > "$OUT/training.log" 2>&1
     timeout 240 python3 bench/harness.py --backward --systems maskc flex-triton \
         --workloads causal document rm_shared --json "$OUT/bench_backward.json" >> "$OUT/training.log" 2>&1

@@ -48,8 +48,9 @@ def reference_grads(q, k, v, d_out, mask, scale, upcast: bool):
     return [x.grad for x in leaves]
 
 
-# Every backward pass the GPU can run: each family's default, and on Hopper the Hopper dK/dV kernel.
-PASSES = [(arch, None) for arch in FAMILIES] + ([("sm_90a", "hopper")] if "sm_90a" in FAMILIES else [])
+# Every backward pass the GPU can run: each family's default (on Hopper: the Hopper kernels), and on Hopper also
+# the portable kernels built for sm_90a (the fallback for 64-key tiles).
+PASSES = [(arch, None) for arch in FAMILIES] + ([("sm_90a", "portable")] if "sm_90a" in FAMILIES else [])
 PASS_IDS = [f"{arch}-{kernels or 'default'}" for arch, kernels in PASSES]
 
 
