@@ -113,6 +113,11 @@ class Descriptor:
         g = block_of(self.blocks, side, seq, tiles)
         return tile_tokens(self.blocks, side, g, tiles)
 
+    def sizes(self, side: str, seq, tiles) -> np.ndarray:
+        """How many tokens tiles of one sequence hold (without listing them, as `tokens` does)."""
+        seq = np.broadcast_to(np.asarray(seq, dtype=np.int64), np.shape(tiles))
+        return tile_sizes(self.blocks, side, block_of(self.blocks, side, seq, tiles), tiles)
+
 
 class PlanError(ValueError):
     pass
