@@ -344,18 +344,21 @@ def defaults_are_complete(program: ir.Program, sequences: list[dict[str, object]
 @cli.command("explain", short_help="Show the IR after each pass, tile statistics and a picture.")
 @click.argument("mask", type=MASK_ARGUMENT)
 @click.option("--n", "n", type=click.IntRange(min=0), help="Plan one sequence of N tokens (default: the mask's "
-              "default n, or its batch: section).")
+              "default n, or its batch: section). A descriptor over 1 GiB is refused (causal attention: n above "
+              "about 1.48 million); past 4,194,304 visited tiles (causal: n above about 260,000) the counts are "
+              "estimated from a sample and --png is refused (docs/language.md, Sizes).")
 @param_option("Value of a parameter (repeatable): const values compile in, runtime values replace defaults.")
 @click.option("--png", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
               help="Draw the first sequence's mask with the visited tiles over it (exact up to n = 4096, "
-                   "downsampled beyond). Needs matplotlib.")
+                   "downsampled beyond; up to 4,194,304 visited tiles). Needs matplotlib.")
 @click.option("--dump-mask", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
               help="Write the exact boolean mask of the first sequence as a .npy file (n <= 16384).")
 @reporting_errors
 def explain_command(mask, n, params, png, dump_mask):
     """Explain what maskc makes of MASK: the IR after each pass, then, for concrete runtime values, how
-    the tiles of 128 queries x 64 keys fall (empty, full, partial), the exact visible fraction, the tile
-    density and the descriptor's size and planning time.
+    the tiles of 128 queries x 64 keys fall (empty, full, partial), the visible fraction (exact, or estimated
+    from a sample of the visited tiles when they are many), the tile density and the descriptor's size and
+    planning time.
     """
     if png:
         try:
@@ -383,7 +386,8 @@ def explain_command(mask, n, params, png, dump_mask):
 @cli.command("run", short_help="Run a mask on random inputs, check it against a reference, time it.")
 @click.argument("mask", type=MASK_ARGUMENT)
 @click.option("--n", "n", type=click.IntRange(min=0), help="One sequence of N tokens (default: the mask's "
-              "default n, or its batch: section).")
+              "default n, or its batch: section). Without a GPU at most 262,144 tokens in all, --batch included "
+              "(docs/language.md, Sizes).")
 @param_option("Value of a parameter (repeatable): const values compile in, runtime values replace defaults.")
 @click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True,
               help="Repeat the sequences this many times (a packed batch).")

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import bounded
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -521,6 +522,83 @@ def test_explain_counts_visible_pairs_exactly(run, name):
     assert f"of {sum(m.size for m in masks):,} (exact count)" in result.stdout
 
 
+@pytest.fixture
+def child_env(cache_dir):
+    """The environment of `maskc` in a child process (tests/bounded.py): the private build cache."""
+    return {**os.environ, "MASKC_CACHE_DIR": str(cache_dir), "MASKC_DEBUG": ""}
+
+
+@pytest.mark.parametrize("command", ["explain", "run"])
+@pytest.mark.parametrize("n", [2**31 - 1, 10**8])
+def test_a_huge_n_is_refused_at_once(child_env, command, n):
+    """n = 2^31 - 1 (the documented maximum) used to be planned before any check: killed at 24 GB; under a
+    1 GiB cap, a MemoryError after 8-16 s. Now explain's planner refuses it from the layout, run's CPU check
+    before planning (the GPU path plans first as well, before allocating its inputs)."""
+    child = bounded.maskc(command, example("causal"), "--n", n, *(["--cpu"] if command == "run" else []),
+                          memory=bounded.GiB, env=child_env)
+    assert child.returncode == 1, child.stderr[-2000:]
+    last = child.stderr.splitlines()[-1]
+    if command == "explain":
+        assert last.startswith("error: the descriptor would list at least ") and "1 GiB limit" in last
+    else:
+        assert last == f"error: {n:,} tokens are too many for the CPU check (at most 262,144); give a smaller --n or --batch"
+    assert child.seconds < 10  # Python's start and imports included: the refusal itself takes milliseconds
+
+
+def test_explain_estimates_the_counts_of_a_long_sequence_from_a_sample(child_env):
+    """n = 10^6 visits 61 million tiles: counting each took over 4 GiB (killed under this 2 GiB cap, 38 s
+    and 7.5 GB with --png). Now a sample of 2^22 of them is counted."""
+    child = bounded.maskc("explain", example("causal"), "--n", 10**6, memory=2 * bounded.GiB, env=child_env)
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert stat(child.stdout, "counted").startswith("a sample of 4,070,05")
+    assert stat(child.stdout, "visible pairs").startswith("~")
+    assert abs(float(re.search(r"= ([\d.]+)%", stat(child.stdout, "visible pairs")).group(1)) - 50.0) < 0.01
+    assert stat(child.stdout, "tiles").startswith("122,078,125: 61,027,344 empty")  # from the plan: exact
+    assert child.seconds < 30
+
+
+def test_explain_refuses_the_picture_of_a_long_sequence_at_once(child_env, tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "m.png"
+    child = bounded.maskc("explain", example("causal"), "--n", 10**6, "--png", out, memory=2 * bounded.GiB,
+                          env=child_env)
+    assert child.returncode == 1, child.stderr[-2000:]
+    assert child.stderr.splitlines()[-1] == (
+        "error: --png draws every visited tile, and these values visit 61,050,781: more than the 4,194,304 explain "
+        "goes through one by one (causal attention up to n ~ 260,000); give a smaller --n, or leave out --png "
+        "(the counts are then estimated)")
+    assert not out.exists() and child.seconds < 10
+
+
+def test_explain_sampled_counts_agree_with_the_exact_ones(run, monkeypatch):
+    from maskc.tools import explain
+
+    exact = run("explain", example("shared_prompt")).stdout
+    monkeypatch.setattr(explain, "COUNTED_TILES_MAX", 5000)
+    sampled = run("explain", example("shared_prompt")).stdout
+    visited = int(re.search(r"of the ([\d,]+) visited tiles", stat(exact, "tile density")).group(1).replace(",", ""))
+    assert stat(sampled, "counted").startswith(f"a sample of {-(-visited // -(-visited // 5000)):,} of the {visited:,} ")
+    assert "(exact count)" in exact and "(estimated)" in sampled
+    assert stat(sampled, "tiles") == stat(exact, "tiles")  # the plan's own counts
+    estimate = int(stat(sampled, "visible pairs").split(" of ")[0].lstrip("~").replace(",", ""))
+    assert abs(estimate / visible_pairs(exact) - 1) < 0.02
+
+
+def test_counted_tiles_hold_the_tokens_of_their_slots():
+    """VisitedTiles sizes tiles from their extents (no token lists): the same as counting their real slots."""
+    from maskc.tools import explain
+
+    for name in ("natten2d", "video3d", "clear_text", "rm_shared", "full"):
+        consts, sequences = SMALL[name]
+        compiled = compile_file(example(name), KernelOptions(), consts)
+        desc, _, _ = compiled.plan(sequences)
+        for entries in (None, np.arange(0, len(desc.k_tile), 3)):
+            tiles = explain.VisitedTiles.of(desc, entries)
+            q = (explain.tile_tokens(desc, "q", tiles.seq, tiles.qtile) >= 0).sum(axis=1)
+            k = (explain.tile_tokens(desc, "k", tiles.seq, tiles.ktile) >= 0).sum(axis=1)
+            np.testing.assert_array_equal(tiles.area, q * k)
+
+
 def test_explain_bad_values_exit_1(run):
     result = run("explain", example("hstu"), "--n", "100")  # 2048 targets do not fit in 100 tokens
     assert result.exit_code == 1
@@ -661,6 +739,30 @@ def test_run_fails_on_a_wrong_descriptor(run, monkeypatch):
     assert "hidden pairs lie in key tiles marked full" in result.stdout and result.stdout.endswith("FAILED\n")
 
 
+def test_run_refuses_a_sequence_too_long_for_the_cpu_before_planning_it(run, monkeypatch):
+    def no_plan(self, sequences):
+        raise AssertionError("planned a sequence the CPU check refuses")
+
+    monkeypatch.setattr(maskc.compiler.CompiledMask, "plan", no_plan)
+    result = run("run", example("causal"), "--n", 10**6, "--cpu")  # descriptor of 0.5 GB: seconds to plan
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[-1] == ("error: 1,000,000 tokens are too many for the CPU check (at most "
+                                               "262,144); give a smaller --n or --batch")
+
+
+def test_the_gpu_check_bounds_its_rows_times_keys():
+    """The float32 reference holds a score per (row, key) and head: sampled rows x n stay within
+    GPU_CHECK_PAIRS (the first and last row always), where 258 rows of 10^8 keys took 26 GB on the host."""
+    from maskc.tools import trial
+
+    rng = np.random.default_rng(0)
+    assert len(trial._sampled_rows(1000, rng)) == 1000
+    assert len(trial._sampled_rows(100_000, rng)) == 258  # 256 random rows, the first and the last
+    for n in (10**6, 10**7, 2**31 - 1):
+        rows = trial._sampled_rows(n, rng)
+        assert rows[0] == 0 and rows[-1] == n - 1 and len(rows) == max(trial.GPU_CHECK_PAIRS // n, 2)
+
+
 def test_run_bad_values_exit_1(run):
     result = run("run", example("rm_shared"), "--n", "100", "--cpu")
     assert result.exit_code == 1 and result.stderr.splitlines()[-1].startswith("error: ")
@@ -683,6 +785,35 @@ def test_run_on_a_gpu(run):
     assert result.exit_code == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert report["passed"] and report["tflops"] > 0 and report["visible_pairs"] > 0
+
+
+@pytest.mark.gpu
+def test_run_on_a_gpu_refuses_what_cannot_fit_before_allocating(run):
+    """Planned, and weighed against the GPU's free memory, before the inputs are allocated: a clear refusal
+    (exit 1), never an out-of-memory error (exit 3)."""
+    from maskc.tools import trial
+
+    if trial.gpu_problem():
+        pytest.skip(trial.gpu_problem())
+    result = run("run", example("causal"), "--n", 2**31 - 1)
+    assert result.exit_code == 1 and "1 GiB limit" in result.stderr
+    result = run("run", example("sliding_window"), "--n", 10**8, "--param", "window=64", "--heads", "64")
+    assert result.exit_code == 1 and "GiB of GPU memory for the inputs, outputs" in result.stderr
+
+
+@pytest.mark.gpu
+def test_run_on_a_gpu_counts_a_long_sequence_within_bounds(run):
+    from maskc.tools import trial
+
+    if trial.gpu_problem():
+        pytest.skip(trial.gpu_problem())
+    n = 300_000  # 5.5 million visited tiles: the visible pairs are estimated from a sample of them
+    result = run("run", example("causal"), "--n", n, "--heads", "1", "--head-dim", "64", "--json")
+    assert result.exit_code == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["passed"] and report["visible_pairs_estimated"]
+    assert report["rows_checked"] <= trial.GPU_CHECK_PAIRS // n
+    assert abs(report["visible_pairs"] / (n * (n + 1) // 2) - 1) < 1e-3
 
 
 def test_compile_refuses_options_the_family_does_not_support(run, tmp_path):

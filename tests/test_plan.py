@@ -5,11 +5,14 @@ code (compiled for the host) matches the exact mask. Also the CSR's order and si
 
 from __future__ import annotations
 
+import json
+import sys
 import time
 import tracemalloc
 from functools import lru_cache
 from pathlib import Path
 
+import bounded
 import host_mask
 import numpy as np
 import pytest
@@ -21,7 +24,8 @@ from small_configs import SMALL
 
 from maskc.compiler import compile_file, compile_text
 from maskc.kernels import KernelOptions, TileKind
-from maskc.plan.planner import MAX_DESCRIPTOR_BYTES, PlanError, TileConfig, plan
+from maskc.plan import planner
+from maskc.plan.planner import MAX_DESCRIPTOR_BYTES, PlanError, TileConfig, plan, visited_tiles_floor
 from maskc.plan.rows import row_forms
 from maskc.tools.reference import attention, dense_mask, simulate
 
@@ -353,6 +357,91 @@ def test_tables_with_different_shapes_per_sequence():
     for config in CONFIGS:
         desc = plan(compiled.program, layouts, values, config)
         check_descriptor(compiled.program, desc, layouts, values)
+
+
+REFUSE_IN_A_CHILD = """
+import json, sys, time, tracemalloc
+from maskc.compiler import compile_file
+from maskc.kernels import KernelOptions
+from maskc.plan.planner import PlanError, plan
+compiled = compile_file(sys.argv[1], KernelOptions())
+values, layouts = compiled.bind([{"n": int(sys.argv[2])}])
+tracemalloc.start()
+start = time.perf_counter()
+try:
+    plan(compiled.program, layouts, values, compiled.tiles)
+    message = None
+except PlanError as exc:
+    message = str(exc)
+print(json.dumps({"message": message, "seconds": time.perf_counter() - start,
+                  "peak": tracemalloc.get_traced_memory()[1]}))
+"""
+
+
+@pytest.mark.parametrize("n", [10**8, 2**31 - 1])
+def test_a_huge_causal_request_is_refused_at_once(n):
+    """Causal attention is planned by the fast path, arrays per query tile, before the descriptor's size was known:
+    at n = 10^8 that took 256 MiB before the refusal, at 2^31 - 1 more than 4 GiB and 16 s (a child process
+    with 1 GiB of address space keeps a regression off the machine's memory). The floor refuses from the
+    layout alone."""
+    child = bounded.run([sys.executable, "-c", REFUSE_IN_A_CHILD, str(EXAMPLES / "causal.mask"), str(n)],
+                        memory=bounded.GiB)
+    assert child.returncode == 0, child.stderr[-2000:]
+    result = json.loads(child.stdout)
+    assert result["message"] is not None and "at least" in result["message"] and "1 GiB limit" in result["message"]
+    assert result["seconds"] < 1.0 and result["peak"] < 16 * 2**20, result
+
+
+FLOOR_CASES = {  # long sequences, where the coarse tiles span many tiles: (example, consts, sequences)
+    "causal": ({}, [{"n": 1 << 18}]),
+    "document": ({}, [{"docs": [90_000, 1, 150_000, 0, 22_143]}]),
+    "hstu": ({}, [{"n": 250_000, "targets": 3000}]),
+    "clear_text": ({"h": 256, "w": 300}, [{"text": 2000, "r": 20}]),
+    "video3d": ({"frames": 8, "h": 64, "w": 96}, [{"rt": 3, "ry": 30, "rx": 40}]),
+    "rm_shared": ({}, [{"prompt": 70_000, "responses": [30_000, 0, 45_000]}, {"prompt": 9, "responses": [100_000]}]),
+}
+
+
+@pytest.mark.parametrize("coarse", [1, 3, planner.COARSE_QUERY_TILES])
+def test_the_floor_never_exceeds_the_tiles_visited(coarse, monkeypatch):
+    """The floor refuses requests: it must never count a tile the descriptor does not list, whatever the tiles
+    (fewer coarse query tiles make each span many small ones even at the small configurations' sizes)."""
+    monkeypatch.setattr(planner, "COARSE_QUERY_TILES", coarse)
+    for name in sorted(SMALL):
+        compiled, values, layouts, _ = example(name)
+        for config in CONFIGS:
+            visited = len(plan(compiled.program, layouts, values, config).k_tile)
+            assert visited_tiles_floor(compiled.program, layouts, values, config) <= visited, (name, config)
+    for name, (consts, sequences) in FLOOR_CASES.items():
+        compiled = compile_file(EXAMPLES / f"{name}.mask", KernelOptions(), consts)
+        values, layouts = compiled.bind(sequences)
+        visited = len(plan(compiled.program, layouts, values).k_tile)
+        assert visited_tiles_floor(compiled.program, layouts, values) <= visited, name
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=random_masks(), config=st.sampled_from(CONFIGS), coarse=st.sampled_from([1, 2, 5]))
+def test_the_floor_never_exceeds_the_tiles_visited_on_random_masks(case, config, coarse):
+    text, consts, sequences = case
+    compiled = compiled_random(case)
+    values, layouts = compiled.bind(sequences)
+    visited = len(plan(compiled.program, layouts, values, config, refine_budget=UNLIMITED).k_tile)
+    original, planner.COARSE_QUERY_TILES = planner.COARSE_QUERY_TILES, coarse
+    try:
+        floor = visited_tiles_floor(compiled.program, layouts, values, config)
+    finally:
+        planner.COARSE_QUERY_TILES = original
+    assert floor <= visited, f"\n{text}\nconsts {consts}\nsequences {sequences}\nconfig {config}"
+
+
+@pytest.mark.parametrize("name", ["causal", "document", "hstu"])
+def test_the_floor_of_dense_masks_is_close_to_the_tiles_visited(name):
+    """What makes the refusal of a huge causal request work: coarse boxes prove nearly all of its tiles."""
+    consts, sequences = FLOOR_CASES[name]
+    compiled = compile_file(EXAMPLES / f"{name}.mask", KernelOptions(), consts)
+    values, layouts = compiled.bind(sequences)
+    visited = len(plan(compiled.program, layouts, values).k_tile)
+    assert visited_tiles_floor(compiled.program, layouts, values) >= 0.95 * visited
 
 
 @pytest.mark.parametrize("name", ["tree", "causal", "clear", "document"])

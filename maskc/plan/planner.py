@@ -46,12 +46,14 @@ from maskc.plan.tiling import (
     extent,
     segment_boundaries,
     split,
+    tile_sizes,
     tile_tokens,
     tiling_for,
 )
 
 MAX_DESCRIPTOR_BYTES = 1 << 30
 DEFAULT_REFINE_BUDGET = 1 << 18  # (q, k) pairs evaluated exactly per plan
+COARSE_QUERY_TILES = 256  # query tiles of the coarse search that refuses a huge request before planning it
 
 
 class Status(enum.IntEnum):
@@ -110,6 +112,11 @@ class Descriptor:
         seq = np.broadcast_to(np.asarray(seq, dtype=np.int64), np.shape(tiles))
         g = block_of(self.blocks, side, seq, tiles)
         return tile_tokens(self.blocks, side, g, tiles)
+
+    def sizes(self, side: str, seq, tiles) -> np.ndarray:
+        """How many tokens tiles of one sequence hold (without listing them, as `tokens` does)."""
+        seq = np.broadcast_to(np.asarray(seq, dtype=np.int64), np.shape(tiles))
+        return tile_sizes(self.blocks, side, block_of(self.blocks, side, seq, tiles), tiles)
 
 
 class PlanError(ValueError):
@@ -546,8 +553,15 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
     q_tiles, k_tiles = bt.tiles("q"), bt.tiles("k")
     qtile_base = np.concatenate([[0], np.cumsum(q_tiles)]).astype(np.int64)
     stats = PlanStats(tiles_total=int((q_tiles * k_tiles).sum()))
-    if stats.tiles_total * 8 > MAX_DESCRIPTOR_BYTES:  # else even a dense descriptor fits
-        _refuse_huge(program, batch, tiling)
+    work_items = int(qtile_base[-1])
+    if _descriptor_bytes(work_items, stats.tiles_total) > MAX_DESCRIPTOR_BYTES:  # else even a dense one fits
+        # Refuse at once what must exceed the limit: the fast path and the search take memory per query tile
+        # and per visited tile before the descriptor's size is known (gigabytes for a sequence of 2^31 tokens).
+        floor = visited_tiles_floor(program, layouts, values, config)
+        nbytes = _descriptor_bytes(work_items, floor)
+        if nbytes > MAX_DESCRIPTOR_BYTES:
+            raise PlanError(f"the descriptor would list at least {floor:,} tiles ({nbytes / 2**30:.1f} GiB), "
+                            "more than the 1 GiB limit; use fewer or shorter sequences")
     if not layouts:  # an empty batch: nothing to search
         empty = np.zeros(0, np.int64)
         ranges = (empty, empty, empty, np.zeros(0, np.uint32))
@@ -637,8 +651,9 @@ def _descriptor(config: TileConfig, bt: BlockTable, qtile_base: np.ndarray, gq: 
     rank = np.empty(total_q, dtype=np.int64)
     rank[visit] = np.arange(total_q)
     visited = int(lengths.sum())
-    if visited * (4 + kinds.itemsize) > MAX_DESCRIPTOR_BYTES:
-        raise PlanError(f"the descriptor would list {visited:,} tiles ({visited * (4 + kinds.itemsize) / 2**30:.1f} GiB), "
+    nbytes = _descriptor_bytes(total_q, visited)
+    if nbytes > MAX_DESCRIPTOR_BYTES:
+        raise PlanError(f"the descriptor would list {visited:,} tiles ({nbytes / 2**30:.1f} GiB), "
                         "more than the 1 GiB limit; use fewer or shorter sequences")
     # Ranges by (rank of their q tile, first k tile), one sort of one key; then written out tile by tile with
     # two repeats (the k tile of slot p of range i is p - (slots before range i) + lo[i]).
@@ -654,24 +669,59 @@ def _descriptor(config: TileConfig, bt: BlockTable, qtile_base: np.ndarray, gq: 
     stats.tiles_full = int(lengths[kinds == TileKind.FULL].sum())
     stats.tiles_partial = visited - stats.tiles_full
     desc = Descriptor(config, bt, work_seq, work_qtile, row_ptr.astype(np.int32), k_tile, kind, stats)
-    if desc.nbytes > MAX_DESCRIPTOR_BYTES:
-        raise PlanError(f"the descriptor would take {desc.nbytes / 2**30:.1f} GiB, more than the 1 GiB limit")
     stats.seconds = time.perf_counter() - start
     return desc
 
 
-def _refuse_huge(program: ir.Program, batch: _Batch, tiling: Tiling) -> None:
-    """Refuse before searching what a `true` region alone makes too big: it visits every tile of each of its
-    instances (the search itself takes memory per query tile, gigabytes for a sequence of 2^31 tokens)."""
-    floor = np.zeros(len(batch.layouts), dtype=np.int64)
-    for region in program.regions:
-        if region.pred == ir.TRUE:
-            inst = _instances(program, region, batch, tiling)
-            np.maximum.at(floor, inst["seq"], (inst["qt1"] - inst["qt0"] + 1) * (inst["kt1"] - inst["kt0"] + 1))
-    tiles = int(floor.sum())
-    if tiles * 8 > MAX_DESCRIPTOR_BYTES:  # a k tile (int32) and a kind (uint32) each
-        raise PlanError(f"the descriptor would list at least {tiles:,} tiles ({tiles * 8 / 2**30:.1f} GiB), "
-                        "more than the 1 GiB limit; use fewer or shorter sequences")
+def _descriptor_bytes(work_items: int, tiles: int) -> int:
+    """Descriptor.nbytes: per work item its sequence, q tile and row pointer (int32, one more pointer in all),
+    per listed tile its k tile (int32) and kind (uint32)."""
+    return 12 * work_items + 4 + 8 * tiles
+
+
+def visited_tiles_floor(program: ir.Program, layouts: list[ConcreteLayout], values: list[SequenceValues],
+                        config: TileConfig = TileConfig()) -> int:
+    """At least how many tiles the descriptor of these sequences lists, found without planning them.
+
+    The search itself runs on a coarse tiling, about COARSE_QUERY_TILES query tiles for the whole batch, so that
+    it costs milliseconds whatever n. Its interval arithmetic proves boxes of pairs visible; every visible pair
+    lies in a tile the descriptor lists, and a tile holds at most block_q x block_k pairs, so the pairs proven
+    over that are a floor. Regions may share pairs: each sequence counts its largest region only. Where no
+    coarse box is proven visible (sequences shorter than a coarse tile, or a predicate such as
+    (q - k) % 2 == 0 that holds nowhere on a whole box), the floor is 0 and the plan goes ahead."""
+    tokens = sum(lay.n for lay in layouts)
+    factor = 1
+    while tokens > COARSE_QUERY_TILES * config.block_q * factor:
+        factor *= 2
+    tiling = tiling_for(program, config.block_q * factor, config.block_k * factor, config.min_run)
+    batch = _Batch.of(layouts, values, tiling)
+    proven = np.zeros((len(program.regions), len(layouts)), dtype=np.int64)  # visible pairs, per region and sequence
+    for index, region in enumerate(program.regions):
+        inst, r = _search_region(program, region, batch, tiling)
+        true = np.nonzero(r["status"] == Status.TRUE)[0]
+        i = r["inst"][true]
+        q = _tokens_in(batch.blocks, tiling, "q", inst["qg"][i], r["qt"][true], r["qt"][true], inst["qa"][i], inst["qb"][i])
+        k = _tokens_in(batch.blocks, tiling, "k", inst["kg"][i], r["k0"][true], r["k1"][true], inst["ka"][i], inst["kb"][i])
+        np.add.at(proven[index], r["seq"][true], q * k)
+    pairs_per_tile = config.block_q * config.block_k
+    return sum(-(-pairs // pairs_per_tile) for pairs in proven.max(axis=0, initial=0).tolist())
+
+
+def _tokens_in(bt: BlockTable, tiling: Tiling, side: str, g: np.ndarray, t0: np.ndarray, t1: np.ndarray,
+               a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """How many tokens tiles t0..t1 of block rows g hold in [a, b). A run's tiles hold consecutive tokens; a grid
+    block is one segment, so the span [a, b) of an instance there is the whole grid: its tiles count whole."""
+    grid = np.array([blk.grid for blk in tiling.blocks], dtype=bool)[bt.block[g]]
+    counts = np.zeros(len(g), dtype=np.int64)
+    run = np.nonzero(~grid)[0]
+    lo, hi = extent(bt, side, g[run], t0[run], t1[run])["token"]
+    counts[run] = np.maximum(np.minimum(hi + 1, b[run]) - np.maximum(lo, a[run]), 0)
+    if grid.any():
+        rows = np.nonzero(grid)[0]
+        which, offset = expand(t1[rows] - t0[rows] + 1)
+        tile = t0[rows][which] + offset
+        np.add.at(counts, rows[which], tile_sizes(bt, side, g[rows][which], tile))
+    return counts
 
 
 def _merge_overlaps(e: dict, mixed: np.ndarray, batch: _Batch, tiling: Tiling) -> dict:

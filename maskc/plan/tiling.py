@@ -275,6 +275,14 @@ def extent(bt: BlockTable, side: str, g: np.ndarray, t0: np.ndarray, t1: np.ndar
     return out
 
 
+def tile_sizes(bt: BlockTable, side: str, g: np.ndarray, tiles: np.ndarray) -> np.ndarray:
+    """How many tokens each tile of block rows g holds: its slots less those past the edge of its block. A
+    single tile is a box of the block (a product of coordinate ranges), so this is the product of its extents."""
+    tiles = np.asarray(tiles, dtype=np.int64)
+    ext = extent(bt, side, np.asarray(g, dtype=np.int64), tiles, tiles, tokens=False)
+    return np.prod([ext[c][1] - ext[c][0] + 1 for c in "tyx"], axis=0)
+
+
 def split(bt: BlockTable, side: str, g: np.ndarray, t0: np.ndarray, t1: np.ndarray, parts: int):
     """Cut blocks of tiles t0..t1 into up to `parts` consecutive pieces: (which block, first, last) per
     piece. A grid block is cut between frames first, then between rows of tiles, and only then along x,

@@ -3,7 +3,9 @@ picture of the mask with the tiles the kernel visits.
 
 Everything here scales with the tiles the descriptor visits, never with n^2: visible pairs are counted
 per visited tile (a full tile contributes its whole area, a partial tile is evaluated exactly, in chunks),
-and pictures of long sequences are built at a reduced resolution from the same per-tile counts.
+and pictures of long sequences are built at a reduced resolution from the same per-tile counts. The tiles
+visited still grow with n^2 for dense masks (causal attention over n = 10^6 visits 61 million), so past
+COUNTED_TILES_MAX the counts come from an even sample of the visited tiles, and a picture is refused.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from maskc import ir
 from maskc.compiler import CompiledMask, compile_program
 from maskc.diagnostics import show_value
 from maskc.kernels import KernelOptions, TileKind
+from maskc.plan.arrays import expand
 from maskc.plan.layout import ConcreteLayout, SequenceValues
 from maskc.plan.planner import Descriptor
 from maskc.tools.reference import dense_mask, visible
@@ -26,6 +29,9 @@ EXACT_PICTURE_MAX_N = 4096  # up to here the picture is the exact boolean mask, 
 PICTURE_MAX_PIXELS = 2048  # beyond it, each pixel shows the visible fraction of a square of pairs
 DUMP_MASK_MAX_N = 16384  # an n x n boolean array: 256 MiB at this size
 PAIRS_PER_CHUNK = 1 << 20  # partial tiles are evaluated this many pairs at a time
+# Visited tiles counted one by one (a few seconds and a few hundred MiB; causal attention up to n ~ 260,000):
+# beyond, an even sample of this many, and no picture.
+COUNTED_TILES_MAX = 1 << 22
 
 FULL_COLOUR = "#2ca02c"
 PARTIAL_COLOUR = "#ff7f0e"
@@ -141,39 +147,60 @@ def describe_values(layout: ConcreteLayout, values: SequenceValues) -> str:
 
 def tile_tokens(desc: Descriptor, side: str, seq, tiles) -> np.ndarray:
     """The token in every slot of the given tiles, `[len(tiles), slots]`, -1 where a slot holds none.
-    Everything here goes through this: a tile is a set of tokens (a 2D tile of a grid is not a range)."""
+    Everything here that looks at tokens goes through this: a tile is a set of tokens (a 2D tile of a grid
+    is not a range)."""
     return desc.tokens(side, np.asarray(seq, dtype=np.int64), np.asarray(tiles, dtype=np.int64))
 
 
-def _distinct_tiles(seq: np.ndarray, tiles: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The distinct (sequence, tile) pairs, and for each input pair the index of its distinct one."""
-    span = int(tiles.max(initial=0)) + 1
-    keys, inverse = np.unique(seq * span + tiles, return_inverse=True)
-    return keys // span, keys % span, inverse.reshape(-1)
+def entries_to_count(desc: Descriptor, max_tiles: int) -> np.ndarray | None:
+    """The visited tiles to count one by one, as positions in the descriptor's lists: all of them (None) up to
+    `max_tiles`, else one at random (seed 0) in each run of s consecutive positions, s chosen so that at most
+    `max_tiles` are. The lists run by decreasing work, each by ascending k tile, so the sample spreads evenly
+    over long and short rows and along each row; the random offsets keep it from falling in step with a
+    pattern of the mask."""
+    visited = len(desc.k_tile)
+    if visited <= max_tiles:
+        return None
+    step = -(-visited // max_tiles)
+    starts = np.arange(0, visited, step)
+    return starts + np.random.default_rng(0).integers(0, np.minimum(step, visited - starts))
 
 
 @dataclass
 class VisitedTiles:
-    """The descriptor flattened: one entry per visited (q tile, k tile), in descriptor order."""
+    """The descriptor flattened: one entry per visited (q tile, k tile), in descriptor order (all of them, or
+    the sample `entries_to_count` chose; `weight` visited tiles stand behind each)."""
 
     seq: np.ndarray  # int64
     qtile: np.ndarray  # int64
     ktile: np.ndarray  # int64
     full: np.ndarray  # bool: no mask code runs there
     area: np.ndarray  # int64: (q, k) pairs of real tokens in the tile
+    weight: float = 1.0
 
     @staticmethod
-    def of(desc: Descriptor) -> "VisitedTiles":
-        per_item = np.diff(desc.row_ptr.astype(np.int64))
-        seq = np.repeat(desc.work_seq.astype(np.int64), per_item)
-        qtile = np.repeat(desc.work_qtile.astype(np.int64), per_item)
-        ktile = desc.k_tile.astype(np.int64)
-        # Tokens per tile, looked up once per distinct tile (a tile is visited by many others).
-        q_used = (tile_tokens(desc, "q", desc.work_seq, desc.work_qtile) >= 0).sum(axis=1)
-        k_seq, k_tile, k_of_entry = _distinct_tiles(seq, ktile)
-        k_used = (tile_tokens(desc, "k", k_seq, k_tile) >= 0).sum(axis=1)
-        area = np.repeat(q_used, per_item) * k_used[k_of_entry]
-        return VisitedTiles(seq, qtile, ktile, desc.kind == TileKind.FULL, area)
+    def of(desc: Descriptor, entries: np.ndarray | None = None) -> "VisitedTiles":
+        """The tiles at the given positions of the descriptor's lists (None: every one)."""
+        entries = np.arange(len(desc.k_tile)) if entries is None else np.asarray(entries, dtype=np.int64)
+        work = np.searchsorted(desc.row_ptr, entries, side="right") - 1
+        seq = desc.work_seq[work].astype(np.int64)
+        qtile = desc.work_qtile[work].astype(np.int64)
+        ktile = desc.k_tile[entries].astype(np.int64)
+        # Tokens per tile, found once per work item and once per k tile of the batch (many entries share one).
+        q_size = desc.sizes("q", desc.work_seq, desc.work_qtile)
+        k_count = desc.blocks.tiles("k")
+        k_size = desc.sizes("k", *expand(k_count))
+        area = q_size[work] * k_size[(np.cumsum(k_count) - k_count)[seq] + ktile]
+        weight = len(desc.k_tile) / len(entries) if len(entries) else 1.0
+        return VisitedTiles(seq, qtile, ktile, desc.kind[entries] == TileKind.FULL, area, weight)
+
+    @property
+    def sampled(self) -> bool:
+        return self.weight != 1.0
+
+    def total(self, per_tile: np.ndarray) -> int:
+        """The sum of a per-tile quantity over every visited tile: exact, or estimated from the sample."""
+        return round(float(per_tile.sum()) * self.weight) if self.sampled else int(per_tile.sum())
 
     def __len__(self) -> int:
         return len(self.seq)
@@ -228,6 +255,11 @@ class TileReport:
     tiles_conservative: int
     descriptor_bytes: int
     plan_seconds: float
+    tiles_counted: int  # visited tiles whose pairs were counted: all of them, or a sample (then the counts are estimates)
+
+    @property
+    def estimated(self) -> bool:
+        return self.tiles_counted < self.tiles_full + self.tiles_partial
 
     @property
     def tiles_empty(self) -> int:
@@ -253,18 +285,23 @@ class TileReport:
         if len(shown) < sequences:
             out.append(f"  ... and {sequences - len(shown)} more")
         visited = self.tiles_full + self.tiles_partial
+        about = "~" if self.estimated else ""  # marks the counts that the sample estimates
+        if self.estimated:
+            out.append(f"  counted            a sample of {self.tiles_counted:,} of the {visited:,} visited tiles: the "
+                       f"figures marked ~ are estimates (every tile is counted up to {COUNTED_TILES_MAX:,}; give a "
+                       "smaller --n for exact ones)")
         out += [
-            f"  visible pairs      {self.visible_pairs:,} of {self.pairs:,} (exact count) = "
-            f"{100 * self.visible_fraction:.4f}%",
+            f"  visible pairs      {about}{self.visible_pairs:,} of {self.pairs:,} "
+            f"({'estimated' if self.estimated else 'exact count'}) = {100 * self.visible_fraction:.4f}%",
             f"  tiles              {self.tiles_total:,}: {self.tiles_empty:,} empty ({share(self.tiles_empty, self.tiles_total)}), "
             f"{self.tiles_full:,} full ({share(self.tiles_full, self.tiles_total)}), "
             f"{self.tiles_partial:,} partial ({share(self.tiles_partial, self.tiles_total)})",
-            f"  tile density       {self.tile_density:.4f} (visible pairs / the {self.visited_pairs:,} pairs "
+            f"  tile density       {about}{self.tile_density:.4f} (visible pairs / the {about}{self.visited_pairs:,} pairs "
             f"of the {visited:,} visited tiles)",
             f"  planner            {self.tiles_refined:,} tiles refined by exact evaluation, "
             f"{self.tiles_conservative:,} left partial past the refinement budget",
-            f"  partial tiles      {self.partial_in_fact_full:,} are in fact full, {self.partial_in_fact_empty:,} "
-            f"in fact empty (work a sharper planner would save)",
+            f"  partial tiles      {about}{self.partial_in_fact_full:,} are in fact full, {about}"
+            f"{self.partial_in_fact_empty:,} in fact empty (work a sharper planner would save)",
             f"  descriptor         {self.descriptor_bytes:,} bytes, planned in {1e3 * self.plan_seconds:.2f} ms",
         ]
         return out
@@ -281,17 +318,18 @@ def tile_report(compiled: CompiledMask, desc: Descriptor, layouts: list[Concrete
         block_q=desc.config.block_q,
         block_k=desc.config.block_k,
         pairs=sum(lay.n * lay.n for lay in layouts),
-        visible_pairs=int(counts.sum()),
-        visited_pairs=int(tiles.area.sum()),
+        visible_pairs=tiles.total(counts),
+        visited_pairs=tiles.total(tiles.area),
         tiles_total=stats.tiles_total,
         tiles_full=stats.tiles_full,
         tiles_partial=stats.tiles_partial,
-        partial_in_fact_full=int((partial & (counts == tiles.area)).sum()),
-        partial_in_fact_empty=int((partial & (counts == 0)).sum()),
+        partial_in_fact_full=tiles.total(partial & (counts == tiles.area)),
+        partial_in_fact_empty=tiles.total(partial & (counts == 0)),
         tiles_refined=stats.tiles_refined,
         tiles_conservative=stats.tiles_conservative,
         descriptor_bytes=desc.nbytes,
         plan_seconds=stats.seconds,
+        tiles_counted=len(tiles),
     )
 
 
@@ -463,9 +501,14 @@ def explain_values(compiled: CompiledMask, sequences: list[dict[str, object]], o
     first_n = layouts[0].n if layouts else 0
     if png and first_n == 0:
         raise ValueError("the first sequence is empty (n = 0): there is nothing to draw")
-    # Refuse a huge --dump-mask before the slow work.
+    entries = entries_to_count(desc, COUNTED_TILES_MAX)
+    # Refuse a huge picture or --dump-mask before the slow work.
+    if png and entries is not None:
+        raise ValueError(f"--png draws every visited tile, and these values visit {len(desc.k_tile):,}: more than "
+                         f"the {COUNTED_TILES_MAX:,} explain goes through one by one (causal attention up to "
+                         "n ~ 260,000); give a smaller --n, or leave out --png (the counts are then estimated)")
     mask_npy = dump_mask(program, layouts[0], values[0]) if dump and layouts else None
-    tiles = VisitedTiles.of(desc)
+    tiles = VisitedTiles.of(desc, entries)
     picture = MaskPicture(desc, tiles, 0, first_n, picture_scale(first_n)) if png else None
     gather = picture.add_partial if picture is not None and picture.scale > 1 else None
     counts = visible_per_tile(program, desc, layouts, values, tiles, gather)

@@ -20,7 +20,7 @@ from maskc.compiler import CompiledMask, compile_program
 from maskc.kernels import KernelOptions, TileKind
 from maskc.plan.layout import ConcreteLayout, SequenceValues
 from maskc.plan.planner import Descriptor
-from maskc.tools.explain import VisitedTiles, tile_tokens, visible_per_tile
+from maskc.tools.explain import COUNTED_TILES_MAX, VisitedTiles, entries_to_count, tile_tokens, visible_per_tile
 from maskc.plan.by_key import by_key
 from maskc.tools.reference import attention, attention_backward, simulate, simulate_backward, visible
 
@@ -29,7 +29,8 @@ CPU_MAX_TOKENS = 1 << 18  # the CPU model holds q, k and v of every sequence in 
 CPU_TOLERANCE = 1e-4  # float32 tile loop against float64 attention, inputs ~ N(0, 1)
 CPU_GRAD_TOKENS = 4096  # the CPU model of the backward pass runs on every row and key: short batches only
 GPU_EXACT_ROWS = 1024  # sequences up to this length are checked on every row
-GPU_SAMPLED_ROWS = 256  # longer ones on this many random rows, plus the first and the last
+GPU_SAMPLED_ROWS = 256  # longer ones on this many random rows, plus the first and the last ...
+GPU_CHECK_PAIRS = 1 << 26  # ... fewer where rows x n would pass this: the reference holds a score per (row, key)
 GPU_WARMUP, GPU_REPEATS = 3, 20
 GPU_GRAD_EXACT = 4096  # dk and dv (a sum over every row) are checked on sequences up to this length
 
@@ -185,11 +186,13 @@ def _descriptor_problems(desc: Descriptor, work: int, n: int, truth: np.ndarray)
 def run_on_cpu(compiled: CompiledMask, sequences: list[dict[str, object]], origin: str, seed: int = 0,
                budget: int = CPU_PAIR_BUDGET, backward: bool = False) -> CpuCheck:
     program, options = compiled.program, compiled.options
-    desc, layouts, values = compiled.plan(sequences)
-    lengths = [lay.n for lay in layouts]
+    # The lengths first (binding costs microseconds): the plan of a long sequence alone can take seconds and
+    # gigabytes, for nothing when the check refuses it.
+    lengths = [lay.n for lay in compiled.bind(sequences)[1]]
     if sum(lengths) > CPU_MAX_TOKENS:
         raise ValueError(f"{sum(lengths):,} tokens are too many for the CPU check (at most {CPU_MAX_TOKENS:,}); "
                          "give a smaller --n or --batch")
+    desc, layouts, values = compiled.plan(sequences)
     cubin = compiled.cubin  # the kernel cannot run here, but it must build
     rng = np.random.default_rng(seed)
     chosen = sample_work(desc, layouts, budget, rng)
@@ -289,6 +292,7 @@ class GpuRun:
     milliseconds: float
     visible_pairs: int
     tflops: float
+    visible_pairs_estimated: bool = False  # counted on a sample of the visited tiles (explain.COUNTED_TILES_MAX)
     backward: BackwardRun | None = None
 
     @property
@@ -306,7 +310,8 @@ class GpuRun:
             *(["  NaN in the output"] if self.nan else []),
             *([] if self.empty_rows_ok else ["  rows that see no key are not 0 with LSE = -inf"]),
             f"  time     {self.milliseconds:.3f} ms (median of {GPU_REPEATS} launches), "
-            f"{self.tflops:.1f} TFLOP/s effective ({self.visible_pairs:,} visible pairs)",
+            f"{self.tflops:.1f} TFLOP/s effective ({'~' * self.visible_pairs_estimated}{self.visible_pairs:,} visible "
+            f"pairs{', estimated from a sample of the visited tiles' * self.visible_pairs_estimated})",
             *(self.backward.lines(self.dtype) if self.backward else []),
             "passed" if self.passed else "FAILED",
         ]
@@ -358,16 +363,20 @@ def run_on_gpu(program: ir.Program, consts: dict[str, object], sequences: list[d
     attn = Attention(compiled)
     values, layouts = compiled.bind(sequences)
     lengths = [lay.n for lay in layouts]
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    # Plan, and weigh the inputs against the GPU's memory, before allocating them: a request too big for either
+    # is refused at once, with a message, rather than after gigabytes of inputs or as an out-of-memory error.
+    desc, _, _ = compiled.tables(sequences, offsets[:-1])
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    _check_gpu_memory(sum(lengths), heads, kv_heads, head_dim, torch_dtype.itemsize, backward)
     # Every runtime value as one value per sequence, exactly as bound above.
     params = {p.name: [val.arrays[p.name].tolist() if p.type.depth else val.scalars[p.name] for val in values]
               for p in program.runtime_params}
-    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     gen = torch.Generator(device="cuda").manual_seed(seed)
     total = sum(lengths)
     q = torch.randn(total, heads, head_dim, device="cuda", dtype=torch_dtype, generator=gen)
     k = torch.randn(total, kv_heads, head_dim, device="cuda", dtype=torch_dtype, generator=gen)
     v = torch.randn(total, kv_heads, head_dim, device="cuda", dtype=torch_dtype, generator=gen)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     cu_seqlens = torch.tensor(offsets, dtype=torch.int32)  # on the host: no copy back per launch
     out = torch.full_like(q, float("nan"))  # poisoned: every element must be written
     lse = torch.full((heads, total), float("nan"), device="cuda")
@@ -380,13 +389,15 @@ def run_on_gpu(program: ir.Program, consts: dict[str, object], sequences: list[d
     errors = _gpu_errors(program, layouts, values, offsets, q, k, v, out, lse, 1.0 / math.sqrt(head_dim), seed)
 
     ms = _median_ms(launch)
-    desc, _, _ = compiled.tables(sequences, offsets[:-1])
-    visible_pairs = int(visible_per_tile(program, desc, layouts, values, VisitedTiles.of(desc)).sum())
+    # Visible pairs by tile, as explain counts them (on a sample of the tiles where they are too many).
+    tiles = VisitedTiles.of(desc, entries_to_count(desc, COUNTED_TILES_MAX))
+    visible_pairs = tiles.total(visible_per_tile(program, desc, layouts, values, tiles))
     forward_flops = 4 * visible_pairs * head_dim * heads
     run = GpuRun(
         mask=program.name, device=torch.cuda.get_device_name(), arch=compiled.options.arch,
         sizes=_describe_sizes(lengths, origin), heads=heads, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype,
         **errors, milliseconds=ms, visible_pairs=visible_pairs, tflops=_tflops(forward_flops, ms),
+        visible_pairs_estimated=tiles.sampled,
     )
     if backward:
         d_out = torch.randn(q.shape, device="cuda", dtype=torch_dtype, generator=gen)
@@ -403,6 +414,33 @@ def run_on_gpu(program: ir.Program, consts: dict[str, object], sequences: list[d
                                    tflops=_tflops(2.5 * forward_flops, back_ms),
                                    step_tflops=_tflops(3.5 * forward_flops, step_ms))
     return run
+
+
+def _check_gpu_memory(tokens: int, heads: int, kv_heads: int, head_dim: int, element_bytes: int,
+                      backward: bool) -> None:
+    """Refuse inputs that cannot fit in the GPU's free memory: q, the output and its LSE (per query head), k and
+    v (per key/value head); the backward pass adds the output's gradient, the three input gradients and delta."""
+    import torch
+
+    per_token = (2 * heads + 2 * kv_heads) * head_dim * element_bytes + 4 * heads
+    if backward:
+        per_token += (2 * heads + 2 * kv_heads) * head_dim * element_bytes + 4 * heads
+    need = tokens * per_token
+    free, _ = torch.cuda.mem_get_info()
+    if need > free:
+        raise ValueError(f"{tokens:,} tokens with {heads} query and {kv_heads} key/value heads of dim {head_dim} "
+                         f"take {need / 2**30:.1f} GiB of GPU memory for the inputs, outputs"
+                         f"{' and gradients' if backward else ''}, more than the {free / 2**30:.1f} GiB free; "
+                         "give a smaller --n, --batch or --heads")
+
+
+def _sampled_rows(n: int, rng: np.random.Generator) -> np.ndarray:
+    """The query rows of a sequence checked against float32 attention: every row of a short sequence, else the
+    first, the last and GPU_SAMPLED_ROWS at random, fewer where rows x n would pass GPU_CHECK_PAIRS."""
+    if n <= GPU_EXACT_ROWS:
+        return np.arange(n)
+    count = min(GPU_SAMPLED_ROWS, max(GPU_CHECK_PAIRS // n - 2, 0))
+    return np.unique(np.concatenate([[0, n - 1], rng.choice(n, count, replace=False)]))
 
 
 def _median_ms(fn) -> float:
@@ -453,8 +491,7 @@ def _gpu_grad_errors(program, layouts, values, offsets, q, k, v, d_out, grads, s
         if n == 0:
             continue
         whole = n <= GPU_GRAD_EXACT
-        rows = np.arange(n) if n <= GPU_EXACT_ROWS or whole else \
-            np.unique(np.concatenate([[0, n - 1], rng.choice(n, GPU_SAMPLED_ROWS, replace=False)]))
+        rows = np.arange(n) if whole else _sampled_rows(n, rng)
         rows_checked += len(rows)
         keys_checked += n if whole else 0
         mask = torch.from_numpy(visible(program, lay, val, rows[:, None], np.arange(n)[None, :])).cuda()
@@ -500,10 +537,7 @@ def _gpu_errors(program, layouts: list[ConcreteLayout], values: list[SequenceVal
         n = lay.n
         if n == 0:
             continue
-        if n <= GPU_EXACT_ROWS:
-            rows = np.arange(n)
-        else:
-            rows = np.unique(np.concatenate([[0, n - 1], rng.choice(n, GPU_SAMPLED_ROWS, replace=False)]))
+        rows = _sampled_rows(n, rng)
         rows_checked += len(rows)
         mask = torch.from_numpy(visible(program, lay, val, rows[:, None], np.arange(n)[None, :])).cuda()
         empty = ~mask.any(dim=1)
