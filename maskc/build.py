@@ -97,8 +97,10 @@ def compile_source(source: str, arch: str, name: str = "maskc.cu", emit: str = "
     _check(err, "nvrtcCreateProgram")
     try:
         (result,) = nvrtc.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options])
+        # NVRTC writes into the buffers it is given: bytearrays, never bytes (`b" " * 1` is CPython's one
+        # shared b" ", and an empty log would turn every b" " of the process into b"\x00").
         err, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        log_buf = b" " * size
+        log_buf = bytearray(size)
         nvrtc.nvrtcGetProgramLog(prog, log_buf)
         log = log_buf.decode(errors="replace").rstrip("\x00").strip()
         if int(result) != 0:
@@ -108,12 +110,12 @@ def compile_source(source: str, arch: str, name: str = "maskc.cu", emit: str = "
         if emit == "cubin":
             err, size = nvrtc.nvrtcGetCUBINSize(prog)
             _check(err, "nvrtcGetCUBINSize")
-            data = b" " * size
+            data = bytearray(size)
             _check(nvrtc.nvrtcGetCUBIN(prog, data)[0], "nvrtcGetCUBIN")
         else:
             err, size = nvrtc.nvrtcGetPTXSize(prog)
             _check(err, "nvrtcGetPTXSize")
-            data = b" " * size
+            data = bytearray(size)
             _check(nvrtc.nvrtcGetPTX(prog, data)[0], "nvrtcGetPTX")
             data = data.rstrip(b"\x00")
     finally:
