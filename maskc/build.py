@@ -2,21 +2,24 @@
 
 NVRTC (from the `nvidia-cuda-nvrtc` wheel, driven through `cuda.bindings.nvrtc`) compiles for any
 architecture with no GPU present. We load cubins, never PTX: a newer NVRTC writes PTX that an older driver
-may refuse, while its cubins load. The cache key is the sha256 of everything the output depends on; writes
-are atomic (a temporary file, then `os.replace`), so concurrent builds never see half a file.
-`MASKC_CACHE_DIR` overrides the location.
+may refuse, while its cubins load. The cache key is the sha256 of everything the output depends on. The
+artifact is stored raw as `<key>.cubin` (or `.ptx`: the driver and `maskc compile` read the file as it is),
+and beside it `<key>.meta`, a verified entry holding NVRTC's log and the artifact's sha256; a hit is an
+artifact whose bytes match that sha256, anything else is built again (NVRTC gives the same bytes for the
+same key, so concurrent builders agree; were it not to, an artifact and a record from two builders would
+only cost a rebuild). See maskc.cache for the directory, atomic writes and the entries.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
+import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from maskc import __version__
+from maskc.cache import atomic_write, cache_dir, read_entry, write_entry
 
 
 class BuildError(RuntimeError):
@@ -27,14 +30,6 @@ class BuildError(RuntimeError):
         self.dumped = dumped
         where = f"; the generated source is in {dumped}" if dumped else ""
         super().__init__(f"{message}{where}\n{log}")
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("MASKC_CACHE_DIR")
-    if root:
-        return Path(root)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "maskc"
 
 
 @lru_cache(maxsize=1)
@@ -58,19 +53,6 @@ def _check(err, what: str, log: str = "") -> None:
         raise BuildError(f"NVRTC failed in {what} ({err})", log, None)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 @dataclass(frozen=True)
 class Artifact:
     path: Path
@@ -89,35 +71,53 @@ def compile_source(source: str, arch: str, name: str = "maskc.cu", emit: str = "
         "\0".join([__version__, source, " ".join(options), emit, nvrtc_version()]).encode()
     ).hexdigest()
     target = cache_dir() / key[:2] / f"{key}.{emit}"
-    log_path = target.with_suffix(".log")
-    if target.exists():
-        return Artifact(target, emit, log_path.read_text() if log_path.exists() else "")
+    record = target.with_suffix(".meta")
+    log = _cached_log(target, record)
+    if log is not None:
+        return Artifact(target, emit, log)
 
     err, prog = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
     _check(err, "nvrtcCreateProgram")
     try:
         (result,) = nvrtc.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options])
+        # NVRTC writes into the buffers it is given: bytearrays, never bytes (`b" " * 1` is CPython's one
+        # shared b" ", and an empty log would turn every b" " of the process into b"\x00").
         err, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        log_buf = b" " * size
+        log_buf = bytearray(size)
         nvrtc.nvrtcGetProgramLog(prog, log_buf)
         log = log_buf.decode(errors="replace").rstrip("\x00").strip()
         if int(result) != 0:
             dumped = cache_dir() / "failed" / f"{key}.cu"
-            _atomic_write(dumped, source.encode())
+            atomic_write(dumped, source.encode())
             raise BuildError(f"NVRTC could not compile the generated kernel for {arch} (a maskc bug)", log, dumped)
         if emit == "cubin":
             err, size = nvrtc.nvrtcGetCUBINSize(prog)
             _check(err, "nvrtcGetCUBINSize")
-            data = b" " * size
+            data = bytearray(size)
             _check(nvrtc.nvrtcGetCUBIN(prog, data)[0], "nvrtcGetCUBIN")
         else:
             err, size = nvrtc.nvrtcGetPTXSize(prog)
             _check(err, "nvrtcGetPTXSize")
-            data = b" " * size
+            data = bytearray(size)
             _check(nvrtc.nvrtcGetPTX(prog, data)[0], "nvrtcGetPTX")
             data = data.rstrip(b"\x00")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
-    _atomic_write(log_path, log.encode())
-    _atomic_write(target, data)
+    # The artifact first, then the record that vouches for it: until the record is there, no reader trusts it.
+    atomic_write(target, data)
+    write_entry(record, json.dumps({"sha256": hashlib.sha256(data).hexdigest(), "log": log}).encode())
     return Artifact(target, emit, log)
+
+
+def _cached_log(target: Path, record: Path) -> str | None:
+    """NVRTC's log for a cached artifact whose bytes match the sha256 in its record; None (build it again)
+    when either file is missing, unreadable or damaged."""
+    entry = read_entry(record)
+    if entry is None:
+        return None
+    recorded = json.loads(entry)
+    try:
+        data = target.read_bytes()
+    except OSError:
+        return None
+    return recorded["log"] if hashlib.sha256(data).hexdigest() == recorded["sha256"] else None

@@ -8,12 +8,16 @@ the family's attention kernel (`<family>/attention_fwd.cu.j2`) and `common/plann
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 from functools import lru_cache
+from pathlib import Path
 
 import jinja2
 
 from maskc import __version__, ir
+from maskc.cache import cache_dir, read_entry, write_entry
 from maskc.codegen.host_code import family_lists, host_expr
 from maskc.codegen.mask_code import MAX_REGIONS, MaskCode, SeqValue, mask_code
 from maskc.kernels import KernelOptions, abi, kernel_name, planner_name
@@ -31,20 +35,31 @@ def _environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
-        bytecode_cache=_bytecode_cache(),  # compiled templates: most of a new process's first render
+        bytecode_cache=_BytecodeCache(cache_dir() / "templates"),  # most of a new process's first render
     )
 
 
-def _bytecode_cache() -> jinja2.BytecodeCache | None:
-    """Jinja's compiled templates in maskc's cache directory (keyed by the templates' text), if it can be made."""
-    from maskc.build import cache_dir
+class _BytecodeCache(jinja2.BytecodeCache):
+    """Jinja's compiled templates, kept as maskc cache entries. Jinja names them by template and rejects
+    one compiled from other template text; the entry's sha256 rejects a damaged file (which Jinja's own
+    file cache could load, or fail on)."""
 
-    try:
-        root = cache_dir() / "templates"
-        root.mkdir(parents=True, exist_ok=True)
-        return jinja2.FileSystemBytecodeCache(str(root))
-    except OSError:
-        return None
+    def __init__(self, directory: Path):
+        self.directory = directory
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        saved = read_entry(self._path(bucket))
+        if saved is not None:
+            bucket.load_bytecode(io.BytesIO(saved))
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        code = io.BytesIO()
+        bucket.write_bytecode(code)
+        with contextlib.suppress(OSError):  # a cache that cannot be written only costs time
+            write_entry(self._path(bucket), code.getvalue())
+
+    def _path(self, bucket: jinja2.bccache.Bucket) -> Path:
+        return self.directory / f"{bucket.key}.bytecode"
 
 
 def _grids(program: ir.Program, code: MaskCode) -> dict[str, list[dict]]:

@@ -8,7 +8,10 @@ and say what would have been accepted.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
+import io
 import re
 from dataclasses import dataclass
 from typing import Iterator, Union
@@ -16,6 +19,8 @@ from typing import Iterator, Union
 import lark
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
+from maskc import __version__
+from maskc.cache import cache_dir, read_entry, write_entry
 from maskc.diagnostics import Diagnostic, MaskError, Source, Span, error
 from maskc.resources import resource_dir
 
@@ -266,32 +271,29 @@ def parse(text: str, path: str = "<mask>") -> MaskFile:
         raise MaskError(Diagnostic(Span.unknown(), "expressions are nested too deeply"), source) from None
 
 
+_LARK_OPTIONS = {"parser": "lalr", "lexer": "basic", "propagate_positions": True, "maybe_placeholders": False}
+
+
 @functools.cache
 def _parser() -> lark.Lark:
+    """The LALR parser, its tables kept in maskc's cache: building them is most of a new process's first
+    parse. The entry is named by what the tables depend on and checked against its sha256 (maskc.cache),
+    so a stale or damaged file is never loaded."""
     grammar = (resource_dir("grammar") / "mask.lark").read_text(encoding="utf-8")
-    return lark.Lark(
-        grammar,
-        parser="lalr",
-        lexer="basic",
-        postlex=_LineBreaks(),
-        propagate_positions=True,
-        maybe_placeholders=False,
-        # The LALR tables, kept in maskc's cache: building them is most of a new process's first parse.
-        # Lark checks the grammar's hash inside the file and rebuilds (and rewrites) on any mismatch.
-        cache=_cache_file("grammar.lark-cache"),
-    )
-
-
-def _cache_file(name: str) -> str | bool:
-    """A file in maskc's cache directory, or False (no caching) when the directory cannot be made."""
-    from maskc.build import cache_dir
-
-    try:
-        root = cache_dir() / "front"
-        root.mkdir(parents=True, exist_ok=True)
-        return str(root / name)
-    except OSError:
-        return False
+    key = hashlib.sha256("\0".join([__version__, lark.__version__, repr(_LARK_OPTIONS), grammar]).encode())
+    entry = cache_dir() / "front" / f"{key.hexdigest()}.lark"
+    saved = read_entry(entry)
+    if saved is not None:
+        try:
+            return lark.Lark.load(io.BytesIO(saved))
+        except Exception:  # intact, but saved by other code (the postlexer is pickled by name): build anew
+            pass
+    parser = lark.Lark(grammar, postlex=_LineBreaks(), **_LARK_OPTIONS)
+    tables = io.BytesIO()
+    parser.save(tables)
+    with contextlib.suppress(OSError):  # a cache that cannot be written only costs time
+        write_entry(entry, tables.getvalue())
+    return parser
 
 
 class _LineBreaks:
