@@ -159,6 +159,6 @@ def test_a_local_name_may_not_hide_another_name(rule, message):
 
 def test_a_problem_inside_a_definition_is_reported_where_it_is_written():
     text = error_text(read_program, _mask("A -> A where let a = 3, b = a + nope in q - k < b"))
-    assert text.splitlines()[0] == "<mask>:5:36: error: unknown name 'nope'"
+    assert text.splitlines()[0] == "<mask>:5:37: error: unknown name 'nope'"  # the column of nope
     text = error_text(read_program, _mask("A -> A where let a = true in q - k < a"))
     assert "<mask>:5:" in text.splitlines()[0] and "bool" in text
