@@ -807,7 +807,9 @@ def test_run_on_a_gpu_counts_a_long_sequence_within_bounds(run):
 
     if trial.gpu_problem():
         pytest.skip(trial.gpu_problem())
-    n = 300_000  # 5.5 million visited tiles: the visible pairs are estimated from a sample of them
+    # At least 4.9 million visited tiles (9.8 million with the portable kernels' 128 x 64 tiles), past the 2^22
+    # that are counted exactly: the visible pairs are estimated from a sample of them.
+    n = 400_000
     result = run("run", example("causal"), "--n", n, "--heads", "1", "--head-dim", "64", "--json")
     assert result.exit_code == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
