@@ -7,6 +7,7 @@ usage message); 3 an internal error (a maskc bug: the message says so; `MASKC_DE
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import json
@@ -119,10 +120,22 @@ class ParamAssignment(click.ParamType):
 
 def param_option(help_text: str):
     return click.option("--param", "params", type=ParamAssignment(), multiple=True, metavar="NAME=VALUE",
-                        help=help_text)
+                        help=help_text + " Values are written as in the language: 12, 32_768, true, a list "
+                                         "'docs=[100, 0, 250]', a table 'layout=[[true, false], [false, true]]'.")
 
 
 MASK_ARGUMENT = click.Path(exists=True, dir_okay=False, allow_dash=True)
+
+
+@contextlib.contextmanager
+def naming_the_file(path: str):
+    """Errors about runtime values (a ValueError) name the mask file they came from."""
+    try:
+        yield
+    except MaskError:
+        raise
+    except ValueError as exc:
+        fail(f"{'<stdin>' if path == '-' else path}: error: {exc}", 1)
 
 
 def read_mask(path: str) -> ir.Program:
@@ -372,7 +385,8 @@ def explain_command(mask, n, params, png, dump_mask):
     compiled, lines = explain.compile_explained(program, KernelOptions(), consts)
     echo("\n".join(lines))
     sequences, origin = explain.choose_sequences(compiled.program, n, runtime)
-    result = explain.explain_values(compiled, sequences, origin, png=bool(png), dump=bool(dump_mask))
+    with naming_the_file(mask):
+        result = explain.explain_values(compiled, sequences, origin, png=bool(png), dump=bool(dump_mask))
     echo("")
     echo("\n".join(result.report.lines()))
     if result.png is not None:
@@ -425,8 +439,9 @@ def run_command(mask, n, params, batch, heads, kv_heads, head_dim, dtype, arch, 
         sequences, origin = sequences * batch, f"{origin}, repeated {batch} times"
     problem = "--cpu was given" if force_cpu else trial.gpu_problem()
     if problem is None:
-        result = trial.run_on_gpu(program, consts, sequences, origin, heads=heads, kv_heads=kv_heads or heads,
-                                  head_dim=int(head_dim), dtype=dtype, seed=seed, arch=arch, backward=backward)
+        with naming_the_file(mask):
+            result = trial.run_on_gpu(program, consts, sequences, origin, heads=heads, kv_heads=kv_heads or heads,
+                                      head_dim=int(head_dim), dtype=dtype, seed=seed, arch=arch, backward=backward)
     else:
         click.echo(f"maskc run: no GPU run ({problem}); checking on the CPU instead", err=True)
         try:
@@ -434,7 +449,8 @@ def run_command(mask, n, params, batch, heads, kv_heads, head_dim, dtype, arch, 
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
         compiled = compile_program(program, options, consts)
-        result = trial.run_on_cpu(compiled, sequences, origin, seed=seed, backward=backward)
+        with naming_the_file(mask):
+            result = trial.run_on_cpu(compiled, sequences, origin, seed=seed, backward=backward)
     echo(json.dumps(result.as_json(), sort_keys=True) if as_json else "\n".join(result.lines()))
     if not result.passed:
         raise SystemExit(1)

@@ -844,3 +844,17 @@ def test_compile_of_several_masks_reports_each_bad_one_and_writes_the_others(run
     assert sorted(p.name for p in out.iterdir()) == ["causal.cu"]
     misuse = run("compile", str(bad), example("causal"), "-o", str(out / "x.cu"))
     assert misuse.exit_code == 2 and "several masks: -o must be an existing directory" in misuse.stderr
+
+
+def test_a_length_fixed_by_the_parameters_names_the_file_and_says_what_to_change(run):
+    for command in ("explain", "run"):
+        result = run(command, example("clear"), "--n", "4096", *(["--cpu"] if command == "run" else []))
+        assert result.exit_code == 1
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"{example('clear')}: error: clear: the layout fixes the length to 32768 tokens")
+        assert "--param NAME=VALUE rather than --n" in result.stderr
+
+
+def test_param_help_shows_how_to_write_lists_and_tables(run):
+    for command in ("compile", "check", "explain", "run"):
+        assert "'docs=[100, 0, 250]'" in " ".join(run(command, "--help").stdout.split())

@@ -285,7 +285,9 @@ def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "m
                 f"{where}: the segments cover {position} tokens, not n = {values.n}: the layout must tile [0, n) "
                 f"exactly ({_describe(values, set(values.scalars) | set(values.arrays))})"
             )
-        raise ValueProblem(f"{where}: the layout fixes the length to {position} tokens, but n = {values.n} was given")
+        raise ValueProblem(f"{where}: the layout fixes the length to {position} tokens, but n = {values.n} was given: "
+                           "its segments never mention n, so the length comes from the parameters; change those "
+                           "instead (with the command line: --param NAME=VALUE rather than --n)")
     total = sum(counts)
     if counts.count(1) == len(counts):  # one entry per segment (families of one member included)
         lengths = np.array([x if isinstance(x, int) else x[0] for x in parts], dtype=np.int64)
