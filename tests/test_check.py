@@ -17,6 +17,8 @@ from maskc.diagnostics import MaskError
 from maskc.front import read_program
 from maskc.front.check import fold_constant
 from maskc.front.syntax import parse
+from maskc.compiler import compile_text
+from maskc.kernels import KernelOptions
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("MASKC_UPDATE_GOLDEN") == "1"
@@ -92,3 +94,16 @@ def test_fold_constant_refuses_values_without_a_64_bit_result(text):
     where = parse(f"mask m()\nsegments:\nrules:\n    S -> S where {text} == 0\n").rules[0].where
     with pytest.raises(ValueError):
         fold_constant(where.operands[0])
+
+
+@pytest.mark.parametrize("power", ["2^100000", "2^2^2^2^2", "2^1000000000000", "(-3)^1000000001"])
+def test_a_power_far_outside_64_bits_is_reported_at_once_where_it_is_written(power):
+    import time
+
+    start = time.perf_counter()
+    with pytest.raises(MaskError) as info:
+        compile_text(f"mask m()\nsegments:\n    S = n\nrules:\n    S -> S where q - k < {power}\n", KernelOptions())
+    assert time.perf_counter() - start < 2
+    text = info.value.render()
+    assert text.splitlines()[0].startswith("<mask>:5:26: error: this expression may overflow 64-bit integers")
+    assert "or more)" in text.splitlines()[0] and "digits" not in text

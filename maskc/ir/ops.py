@@ -131,8 +131,16 @@ def _abs_range(a):
     return _where(_holds_zero(a), 0, _lowest(*ends)), _highest(*ends)
 
 
+def _pow_end(x, n):
+    """x**n; past 64 bits, a stand-in just outside them with the right sign (2^64), never an integer of
+    thousands of digits (`2^1000000000000` would not finish)."""
+    if isinstance(x, int) and n > 64 and abs(x) > 1:
+        return (-1 if x < 0 and n % 2 else 1) * 2**64
+    return x**n
+
+
 def _pow_range(a, n):
-    ends = a.lo**n, a.hi**n
+    ends = _pow_end(a.lo, n), _pow_end(a.hi, n)
     # Odd powers increase; even ones fall to 0 where the base passes 0. (Loose for n = 0, which is 1.)
     return _where(_holds_zero(a) & (n % 2 == 0), 0, _lowest(*ends)), _highest(*ends)
 

@@ -93,7 +93,9 @@ def static_range(e: ir.Expr, program: ir.Program, region: ir.Region | None = Non
 
 def _checked(e: ir.Expr, lo: int, hi: int) -> Range:
     if lo < INT64[0] or hi > INT64[1]:
-        raise error(e.span, f"this expression may overflow 64-bit integers (its values can reach {lo if lo < INT64[0] else hi})",
+        reach = lo if lo < INT64[0] else hi
+        shown = str(reach) if abs(reach) < 2**64 else f"a magnitude of 2^{abs(reach).bit_length() - 1} or more"
+        raise error(e.span, f"this expression may overflow 64-bit integers (its values can reach {shown})",
                     "runtime integers are 32-bit and positions are below 2^31; rewrite to keep intermediate values smaller")
     return Range(lo, hi)
 
