@@ -38,7 +38,12 @@ def read_file(path: str | os.PathLike) -> ir.Program:
     try:
         text = data.decode("utf-8-sig")  # an editor's byte-order mark is not part of the mask
     except UnicodeDecodeError as e:
+        # Point at the byte: its line, and its column counted in characters of what decodes before it.
         line = data[: e.start].count(b"\n") + 1
-        message = f"{name} is not UTF-8 text: byte 0x{data[e.start]:02x} on line {line} cannot be decoded"
-        raise MaskError(Diagnostic(Span.unknown(), message), Source(name, "")) from None
+        line_start = data.rfind(b"\n", 0, e.start) + 1
+        col = len(data[line_start:e.start].decode("utf-8", errors="replace")) + 1
+        message = f"this file is not UTF-8 text: byte 0x{data[e.start]:02x} cannot be decoded"
+        shown = data.decode("utf-8", errors="replace")  # for the source line under the message
+        raise MaskError(Diagnostic(Span(line, col, line, col + 1), message, notes=("save it as UTF-8",)),
+                        Source(name, shown)) from None
     return read_program(text, name)
