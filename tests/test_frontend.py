@@ -42,9 +42,9 @@ def test_file_that_is_not_utf8(tmp_path):
     path = tmp_path / "latin1.mask"
     path.write_bytes(CAUSAL.replace("S -> S", "# caf\xe9\n    S -> S").encode("latin-1"))
     assert error_text(read_file, path).splitlines() == [
-        f"{path}:5:9: error: this file is not UTF-8 text: byte 0xe9 cannot be decoded",
+        f"{path}:5:10: error: this file is not UTF-8 text: byte 0xe9 cannot be decoded",
         "   5 |     # caf\ufffd",
-        "     |         ^",
+        "     |          ^",
         "  note: save it as UTF-8",
     ]
 
