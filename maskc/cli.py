@@ -366,8 +366,11 @@ def defaults_are_complete(program: ir.Program, sequences: list[dict[str, object]
                    "downsampled beyond; up to 4,194,304 visited tiles). Needs matplotlib.")
 @click.option("--dump-mask", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
               help="Write the exact boolean mask of the first sequence as a .npy file (n <= 16384).")
+@click.option("--dump-batch", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
+              help="Write the exact mask of the whole packed batch as a .npz file: 'mask' [T, T], block-diagonal, "
+                   "and 'cu_seqlens' [B + 1] (T <= 16384).")
 @reporting_errors
-def explain_command(mask, n, params, png, dump_mask):
+def explain_command(mask, n, params, png, dump_mask, dump_batch):
     """Explain what maskc makes of MASK: the IR after each pass, then, for concrete runtime values, how
     the tiles of 128 queries x 64 keys fall (empty, full, partial), the visible fraction (exact, or estimated
     from a sample of the visited tiles when they are many), the tile density and the descriptor's size and
@@ -386,7 +389,8 @@ def explain_command(mask, n, params, png, dump_mask):
     echo("\n".join(lines))
     sequences, origin = explain.choose_sequences(compiled.program, n, runtime)
     with naming_the_file(mask):
-        result = explain.explain_values(compiled, sequences, origin, png=bool(png), dump=bool(dump_mask))
+        result = explain.explain_values(compiled, sequences, origin, png=bool(png), dump=bool(dump_mask),
+                                        dump_whole_batch=bool(dump_batch))
     echo("")
     echo("\n".join(result.report.lines()))
     if result.png is not None:
@@ -395,6 +399,9 @@ def explain_command(mask, n, params, png, dump_mask):
     if result.mask_npy is not None:
         write_atomically(Path(dump_mask), result.mask_npy)
         echo(f"mask of sequence 0: {dump_mask}")
+    if result.batch_npz is not None:
+        write_atomically(Path(dump_batch), result.batch_npz)
+        echo(f"mask of the whole batch, with its cu_seqlens: {dump_batch}")
 
 
 @cli.command("run", short_help="Run a mask on random inputs, check it against a reference, time it.")

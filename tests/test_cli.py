@@ -858,3 +858,28 @@ def test_a_length_fixed_by_the_parameters_names_the_file_and_says_what_to_change
 def test_param_help_shows_how_to_write_lists_and_tables(run):
     for command in ("compile", "check", "explain", "run"):
         assert "'docs=[100, 0, 250]'" in " ".join(run(command, "--help").stdout.split())
+
+
+def test_explain_dumps_the_whole_packed_batch(run, tmp_path):
+    from maskc.compiler import compile_file
+    from maskc.kernels import KernelOptions
+    from maskc.tools.reference import dense_mask
+
+    out = tmp_path / "batch.npz"
+    # The default batch, each of its nine sequences shrunk to 450 tokens.
+    result = run("explain", example("rm_shared"), "--param", "prompt=300", "--param", "responses=[100, 0, 50]",
+                 "--dump-batch", str(out))
+    assert result.exit_code == 0, result.stderr
+    data = np.load(out)
+    compiled = compile_file(example("rm_shared"), KernelOptions())
+    values, layouts = compiled.bind([{"prompt": 300, "responses": [100, 0, 50]}] * len(compiled.program.batch))
+    cu = data["cu_seqlens"]
+    assert cu.tolist() == np.concatenate([[0], np.cumsum([lay.n for lay in layouts])]).tolist()
+    mask = data["mask"]
+    assert mask.shape == (cu[-1], cu[-1])
+    for b, (lay, val) in enumerate(zip(layouts, values)):
+        block = mask[cu[b]:cu[b + 1]]
+        assert (block[:, cu[b]:cu[b + 1]] == dense_mask(compiled.program, lay, val)).all()
+        assert block.sum() == block[:, cu[b]:cu[b + 1]].sum(), "no pair crosses sequences"
+    too_big = run("explain", example("causal"), "--dump-batch", str(tmp_path / "x.npz"))
+    assert too_big.exit_code == 1 and "--dump-batch writes a T x T array" in too_big.stderr

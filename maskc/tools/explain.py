@@ -481,6 +481,24 @@ def dump_mask(program: ir.Program, layout: ConcreteLayout, values: SequenceValue
     return buffer.getvalue()
 
 
+def dump_batch(program: ir.Program, layouts: list[ConcreteLayout], values: list[SequenceValues]) -> bytes:
+    """The exact boolean mask of the whole packed batch as `.npz` bytes: `mask` [T, T], block-diagonal (no pair
+    crosses sequences), and `cu_seqlens` [B + 1], the sequences' boundaries in it."""
+    lengths = [lay.n for lay in layouts]
+    total = sum(lengths)
+    if total > DUMP_MASK_MAX_N:
+        raise ValueError(f"--dump-batch writes a T x T array; the batch has T = {total} tokens, more than "
+                         f"{DUMP_MASK_MAX_N} (choose smaller sequences with --n or --param)")
+    cu_seqlens = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    mask = np.zeros((total, total), dtype=bool)
+    for b, (lay, val) in enumerate(zip(layouts, values)):
+        lo, hi = cu_seqlens[b], cu_seqlens[b + 1]
+        mask[lo:hi, lo:hi] = dense_mask(program, lay, val)
+    buffer = io.BytesIO()
+    np.savez(buffer, mask=mask, cu_seqlens=cu_seqlens)
+    return buffer.getvalue()
+
+
 # ---------------------------------------------------------------------------------------------------
 # The whole of `maskc explain` after the passes
 # ---------------------------------------------------------------------------------------------------
@@ -491,11 +509,13 @@ class Explained:
     report: TileReport
     png: bytes | None
     mask_npy: bytes | None
+    batch_npz: bytes | None = None
 
 
 def explain_values(compiled: CompiledMask, sequences: list[dict[str, object]], origin: str,
-                   png: bool = False, dump: bool = False) -> Explained:
-    """Plan for the given runtime values, count exactly, and (on request) draw and dump sequence 0."""
+                   png: bool = False, dump: bool = False, dump_whole_batch: bool = False) -> Explained:
+    """Plan for the given runtime values, count exactly, and (on request) draw and dump sequence 0, or dump
+    the whole batch."""
     desc, layouts, values = compiled.plan(sequences)
     program = compiled.program
     first_n = layouts[0].n if layouts else 0
@@ -508,10 +528,11 @@ def explain_values(compiled: CompiledMask, sequences: list[dict[str, object]], o
                          f"the {COUNTED_TILES_MAX:,} explain goes through one by one (causal attention up to "
                          "n ~ 260,000); give a smaller --n, or leave out --png (the counts are then estimated)")
     mask_npy = dump_mask(program, layouts[0], values[0]) if dump and layouts else None
+    batch_npz = dump_batch(program, layouts, values) if dump_whole_batch else None
     tiles = VisitedTiles.of(desc, entries)
     picture = MaskPicture(desc, tiles, 0, first_n, picture_scale(first_n)) if png else None
     gather = picture.add_partial if picture is not None and picture.scale > 1 else None
     counts = visible_per_tile(program, desc, layouts, values, tiles, gather)
     report = tile_report(compiled, desc, layouts, values, origin, counts, tiles)
     image = mask_picture(program, desc, layouts, values, tiles, picture) if picture is not None else None
-    return Explained(report, image, mask_npy)
+    return Explained(report, image, mask_npy, batch_npz)
