@@ -539,9 +539,10 @@ def test_a_huge_n_is_refused_at_once(child_env, command, n):
     assert child.returncode == 1, child.stderr[-2000:]
     last = child.stderr.splitlines()[-1]
     if command == "explain":
-        assert last.startswith("error: the descriptor would list at least ") and "1 GiB limit" in last
+        assert last.startswith(f"{example('causal')}: error: the descriptor would list at least ") and "1 GiB limit" in last
     else:
-        assert last == f"error: {n:,} tokens are too many for the CPU check (at most 262,144); give a smaller --n or --batch"
+        assert last == (f"{example('causal')}: error: {n:,} tokens are too many for the CPU check (at most 262,144); "
+                        "give a smaller --n or --batch")
     assert child.seconds < 10  # Python's start and imports included: the refusal itself takes milliseconds
 
 
@@ -564,7 +565,7 @@ def test_explain_refuses_the_picture_of_a_long_sequence_at_once(child_env, tmp_p
                           env=child_env)
     assert child.returncode == 1, child.stderr[-2000:]
     assert child.stderr.splitlines()[-1] == (
-        "error: --png draws every visited tile, and these values visit 61,050,781: more than the 4,194,304 explain "
+        f"{example('causal')}: error: --png draws every visited tile, and these values visit 61,050,781: more than the 4,194,304 explain "
         "goes through one by one (causal attention up to n ~ 260,000); give a smaller --n, or leave out --png "
         "(the counts are then estimated)")
     assert not out.exists() and child.seconds < 10
@@ -602,7 +603,7 @@ def test_counted_tiles_hold_the_tokens_of_their_slots():
 def test_explain_bad_values_exit_1(run):
     result = run("explain", example("hstu"), "--n", "100")  # 2048 targets do not fit in 100 tokens
     assert result.exit_code == 1
-    assert result.stderr.startswith("error: ") and "negative length" in result.stderr
+    assert result.stderr.startswith(f"{example('hstu')}: error: ") and "negative length" in result.stderr
     result = run("explain", example("clear"), "--n", "100")  # the grid fixes n = 32768
     assert result.exit_code == 1 and "fixes the length" in result.stderr
 
@@ -746,8 +747,8 @@ def test_run_refuses_a_sequence_too_long_for_the_cpu_before_planning_it(run, mon
     monkeypatch.setattr(maskc.compiler.CompiledMask, "plan", no_plan)
     result = run("run", example("causal"), "--n", 10**6, "--cpu")  # descriptor of 0.5 GB: seconds to plan
     assert result.exit_code == 1
-    assert result.stderr.splitlines()[-1] == ("error: 1,000,000 tokens are too many for the CPU check (at most "
-                                               "262,144); give a smaller --n or --batch")
+    assert result.stderr.splitlines()[-1] == (f"{example('causal')}: error: 1,000,000 tokens are too many for the "
+                                               "CPU check (at most 262,144); give a smaller --n or --batch")
 
 
 def test_the_gpu_check_bounds_its_rows_times_keys():
@@ -765,7 +766,7 @@ def test_the_gpu_check_bounds_its_rows_times_keys():
 
 def test_run_bad_values_exit_1(run):
     result = run("run", example("rm_shared"), "--n", "100", "--cpu")
-    assert result.exit_code == 1 and result.stderr.splitlines()[-1].startswith("error: ")
+    assert result.exit_code == 1 and result.stderr.splitlines()[-1].startswith(f"{example('rm_shared')}: error: ")
 
 
 def test_run_on_the_gpu_path_is_chosen_only_with_a_gpu():
