@@ -174,10 +174,7 @@ class Attention:
                 raise ValueError(f"{t.name} has shape {list(t.shape)}; expected {layout}")
             if t.shape[-1] != o.head_dim:
                 raise ValueError(f"{t.name} has head dim {t.shape[-1]}, but this kernel was compiled for {o.head_dim}")
-            if t.strides[-1] != 1:
-                raise ValueError(f"{t.name}'s last dimension must be contiguous (stride 1), got stride {t.strides[-1]}")
-            if t.ptr % _ALIGN or any(s % (_ALIGN // _ELEMENT_BYTES) for s in t.strides[:-1]):
-                raise ValueError(f"{t.name}'s rows must be 16-byte aligned (data pointer and strides multiples of 8 elements)")
+            _check_rows(t)
         if tk.shape != tv.shape:
             raise ValueError(f"k and v must have the same shape, got {list(tk.shape)} and {list(tv.shape)}")
         if tq.shape[:-2] != tk.shape[:-2]:
@@ -237,9 +234,7 @@ class Attention:
             if t.shape != tq.shape or t.dtype != tq.dtype or t.device != tq.device or t.library != tq.library:
                 raise ValueError(f"{t.name} must be like q ({tq.library}, {tq.dtype}, {list(tq.shape)}), got "
                                  f"{t.library}, {t.dtype}, {list(t.shape)}")
-            if t.strides[-1] != 1 or t.ptr % _ALIGN or any(s % (_ALIGN // _ELEMENT_BYTES) for s in t.strides[:-1]):
-                raise ValueError(f"{t.name}'s last dimension must be contiguous and its rows 16-byte aligned "
-                                 "(data pointer and strides multiples of 8 elements)")
+            _check_rows(t)
         tl = _describe(lse, "lse")
         _check_lse(tl, tq, x.lse_shape)
         grads = tuple(_empty_like(t.obj, t.shape, None) for t in (tq, tk, tv))
@@ -262,15 +257,10 @@ class Attention:
         values.update(zip(("key_work", "col_ptr", "q_tiles", "q_kinds"),
                           (a.data.ptr for a in _upload(key_tables, tq.device, stream))))
         bwd = options.backward
-        if any(a.name == "tm_q" for a in bwd.args):  # the Hopper dK/dV kernel reads through TMA tensor maps
-            tokens = tq.shape[0] if x.packed else tq.shape[1]
-            sequences = 1 if x.packed else tq.shape[0]
-            q_run = min(compiled.tiling.run("q"), bwd.q_step)
-            for name, t, run in (("q", tq, q_run), ("dout", tdo, q_run), ("k", tk, compiled.tiling.run("k")),
-                                 ("v", tv, compiled.tiling.run("k"))):
-                b, tok, h = _token_strides(t, x.packed)
-                values[f"tm_{name}"] = tensor_map(t.ptr, options.dtype, options.head_dim, t.shape[-2], tokens, sequences,
-                                                  h, tok, b, run)
+        if any(a.name == "tm_q" for a in bwd.args):  # the Hopper kernels read through TMA tensor maps
+            q_run, k_run = min(compiled.tiling.run("q"), bwd.q_step), compiled.tiling.run("k")
+            values.update(_tensor_maps(options, x.packed, {"q": (tq, q_run), "dout": (tdo, q_run), "k": (tk, k_run),
+                                                           "v": (tv, k_run)}))
             values["packed"] = int(x.packed)
         args = abi.pack(bwd.args, values)
         import cupy
@@ -312,13 +302,8 @@ class Attention:
                 values[t] = x.ptr
                 values.update({f"{t}_stride_{d}": s for d, s in zip("bth", strides[t])})
         if "tm_q" in names:  # the Hopper kernels read them through TMA tensor maps
-            tokens = tq.shape[0] if packed else tq.shape[1]
-            sequences = 1 if packed else tq.shape[0]
-            runs = {"q": compiled.tiling.run("q"), "k": compiled.tiling.run("k"), "v": compiled.tiling.run("k")}
-            for t, x in (("q", tq), ("k", tk), ("v", tv)):
-                b, tok, h = strides[t]
-                values[f"tm_{t}"] = tensor_map(x.ptr, options.dtype, options.head_dim, x.shape[-2], tokens, sequences,
-                                               h, tok, b, runs[t])
+            q_run, k_run = compiled.tiling.run("q"), compiled.tiling.run("k")
+            values.update(_tensor_maps(options, packed, {"q": (tq, q_run), "k": (tk, k_run), "v": (tv, k_run)}))
             values["packed"] = int(packed)
             values["total_work"] = work_items * hq
         args = abi.pack(family.forward_args, values)
@@ -352,9 +337,33 @@ class _Inputs:
         return (q.shape[-2], q.shape[0]) if self.packed else (len(self.lengths), q.shape[-2], q.shape[1])
 
 
+def rows_aligned(ptr: int, strides: tuple[int, ...]) -> bool:
+    """Whether the kernels can read a tensor's rows: its last dimension contiguous, its data pointer and other
+    strides whole 16-byte steps (they copy rows 16 bytes at a time)."""
+    return strides[-1] == 1 and ptr % _ALIGN == 0 and all(s % (_ALIGN // _ELEMENT_BYTES) == 0 for s in strides[:-1])
+
+
+def _check_rows(t: _Tensor) -> None:
+    if t.strides[-1] != 1:
+        raise ValueError(f"{t.name}'s last dimension must be contiguous (stride 1), got stride {t.strides[-1]}")
+    if not rows_aligned(t.ptr, t.strides):
+        raise ValueError(f"{t.name}'s rows must be 16-byte aligned (data pointer and strides multiples of 8 elements)")
+
+
 def _token_strides(t: _Tensor, packed: bool) -> tuple[int, int, int]:
     """(sequence, token, head) strides: [T, H, D] has no sequence stride."""
     return (0,) + t.strides[:2] if packed else t.strides[:3]
+
+
+def _tensor_maps(options, packed: bool, tensors: dict[str, tuple[_Tensor, int]]) -> dict[str, bytes]:
+    """`tm_NAME` for each tensor: a 4-D TMA map (head dim, heads, tokens, sequences) with boxes of `run` rows."""
+    maps = {}
+    for name, (t, run) in tensors.items():
+        tokens, sequences = (t.shape[0], 1) if packed else (t.shape[1], t.shape[0])
+        b, tok, h = _token_strides(t, packed)
+        maps[f"tm_{name}"] = tensor_map(t.ptr, options.dtype, options.head_dim, t.shape[-2], tokens, sequences,
+                                        h, tok, b, run)
+    return maps
 
 
 def _lse_strides(tq: _Tensor, packed: bool) -> tuple[int, int]:

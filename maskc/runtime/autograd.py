@@ -93,6 +93,8 @@ def _params(constants: str, names: str, values: list) -> dict:
 def _define_ops() -> None:
     import torch
 
+    from maskc.runtime import rows_aligned
+
     @torch.library.custom_op("maskc::attention", mutates_args=())
     def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: Optional[torch.Tensor],
                   handle: int, scale: Optional[float], constants: str, names: str,
@@ -114,8 +116,8 @@ def _define_ops() -> None:
                            d_out: torch.Tensor, cu_seqlens: Optional[torch.Tensor], handle: int,
                            scale: Optional[float], constants: str, names: str,
                            values: List[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        if d_out.stride(-1) != 1 or d_out.data_ptr() % 16 or any(s % 8 for s in d_out.stride()[:-1]):
-            d_out = d_out.contiguous()  # the kernels read whole 16-byte rows
+        if not rows_aligned(d_out.data_ptr(), d_out.stride()):
+            d_out = d_out.contiguous()  # autograd may hand over any layout; the kernels read whole 16-byte rows
         attn = _attentions[handle]
         return attn.backward(q, k, v, out, lse, d_out, cu_seqlens=cu_seqlens, scale=scale,
                              **_params(constants, names, values))
