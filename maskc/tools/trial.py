@@ -472,7 +472,7 @@ def _gpu_grad_errors(program, layouts, values, offsets, q, k, v, d_out, grads, s
     import torch
 
     rng = np.random.default_rng(seed)
-    heads, group = q.shape[1], q.shape[1] // k.shape[1]
+    group = q.shape[1] // k.shape[1]
     names = ("dq", "dk", "dv")
     errors, low = dict.fromkeys(names, 0.0), dict.fromkeys(names, 0.0)
     rows_checked = keys_checked = 0
@@ -497,25 +497,20 @@ def _gpu_grad_errors(program, layouts, values, offsets, q, k, v, d_out, grads, s
         mask = torch.from_numpy(visible(program, lay, val, rows[:, None], np.arange(n)[None, :])).cuda()
         token = torch.from_numpy(offsets[b] + rows).cuda()
         keys = slice(int(offsets[b]), int(offsets[b] + n))
-        for h in range(heads):
-            inputs = (q[token, h], k[keys, h // group], v[keys, h // group], d_out[token, h], mask)
-            ref = dense_grads(*inputs, torch.float32)
-            lowp = dense_grads(*inputs, q.dtype)
-            got = (grads[0][token, h], grads[1][keys, h // group], grads[2][keys, h // group])
-            for i, name in enumerate(names[:1] if not whole else names):
-                if i and group > 1:  # dk, dv sum over the query heads of a key head: compare once, on the last
-                    continue
-                errors[name] = max(errors[name], (got[i].float() - ref[i]).abs().max().item())
-                low[name] = max(low[name], (lowp[i] - ref[i]).abs().max().item())
-        if whole and group > 1:  # dk and dv of a shared key head: the sum over its query heads
-            for kv in range(k.shape[1]):
-                sums = [torch.zeros_like(k[keys, kv], dtype=torch.float32) for _ in range(4)]
-                for h in range(kv * group, (kv + 1) * group):
-                    inputs = (q[token, h], k[keys, kv], v[keys, kv], d_out[token, h], mask)
-                    ref, lowp = dense_grads(*inputs, torch.float32), dense_grads(*inputs, q.dtype)
-                    for j, x in enumerate((ref[1], ref[2], lowp[1], lowp[2])):
-                        sums[j] += x
-                for name, got, ref, lowp in (("dk", grads[1], sums[0], sums[2]), ("dv", grads[2], sums[1], sums[3])):
+        # Per key/value head: dq of each of its query heads, and (whole sequences) dk and dv, which are sums
+        # over those query heads.
+        for kv in range(k.shape[1]):
+            key_sums = [torch.zeros_like(k[keys, kv], dtype=torch.float32) for _ in range(4)]  # dk, dv; ref, lowp
+            for h in range(kv * group, (kv + 1) * group):
+                inputs = (q[token, h], k[keys, kv], v[keys, kv], d_out[token, h], mask)
+                ref, lowp = dense_grads(*inputs, torch.float32), dense_grads(*inputs, q.dtype)
+                errors["dq"] = max(errors["dq"], (grads[0][token, h].float() - ref[0]).abs().max().item())
+                low["dq"] = max(low["dq"], (lowp[0] - ref[0]).abs().max().item())
+                for j, x in enumerate((ref[1], ref[2], lowp[1], lowp[2])):
+                    key_sums[j] += x
+            if whole:
+                for name, got, ref, lowp in (("dk", grads[1], key_sums[0], key_sums[2]),
+                                             ("dv", grads[2], key_sums[1], key_sums[3])):
                     errors[name] = max(errors[name], (got[keys, kv].float() - ref).abs().max().item())
                     low[name] = max(low[name], (lowp - ref).abs().max().item())
     return dict(errors=errors, bounds={x: 2 * low[x] + 1e-4 for x in names}, rows_checked=rows_checked,
