@@ -127,6 +127,11 @@ def param_option(help_text: str):
 MASK_ARGUMENT = click.Path(exists=True, dir_okay=False, allow_dash=True)
 
 
+def shown_path(path: str) -> str:
+    """How messages name a mask argument ('-' is stdin)."""
+    return "<stdin>" if path == "-" else path
+
+
 @contextlib.contextmanager
 def naming_the_file(path: str):
     """Errors about runtime values (a ValueError) name the mask file they came from."""
@@ -135,7 +140,7 @@ def naming_the_file(path: str):
     except MaskError:
         raise
     except ValueError as exc:
-        fail(f"{'<stdin>' if path == '-' else path}: error: {exc}", 1)
+        fail(f"{shown_path(path)}: error: {exc}", 1)
 
 
 def read_mask(path: str) -> ir.Program:
@@ -334,11 +339,11 @@ def check_command(masks, params, verbose):
             failed = True
             continue
         except ValueError as exc:
-            click.echo(f"{'<stdin>' if path == '-' else path}: error: {exc}", err=True)
+            click.echo(f"{shown_path(path)}: error: {exc}", err=True)
             failed = True
             continue
         if verbose:
-            echo(f"{'<stdin>' if path == '-' else path}: ok")
+            echo(f"{shown_path(path)}: ok")
     if failed:
         raise SystemExit(1)
 
