@@ -1,7 +1,7 @@
 """Where the backward pass spends its time: each backward kernel (dQ, dK/dV) timed alone with the PyTorch
 profiler, per workload and backward family (a development probe for docs/training.md's log).
 
-    python bench/bwd_kernels.py [--n 32768] [--heads 16] [--workloads causal hstu ...] [--archs sm_90a ...]
+    python bench/bwd_kernels.py [--n 32768] [--heads 16] [--workloads causal hstu:targets=0 ...] [--archs sm_90a ...]
 
 Prints one row per (workload, variant, kernel): mean time in ms and the effective TFLOP/s that kernel alone
 would reach if it were the whole backward (2.5 x the forward's work), so the two rows' times add up to the
@@ -48,8 +48,9 @@ def main():
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
     args = ap.parse_args()
     rows = []
-    for name in args.workloads:
-        params = WORKLOADS[name]
+    for spec in args.workloads:
+        name, _, changes = spec.partition(":")  # "hstu:targets=0": a workload with other runtime values
+        params = {**WORKLOADS[name], **{k: int(v) for k, v in (c.split("=") for c in changes.split(",") if c)}}
         q, k, v, d_out = (torch.randn(1, args.n, args.heads, args.head_dim, device="cuda", dtype=torch.bfloat16)
                           for _ in range(4))
         for arch in args.archs:
@@ -63,11 +64,11 @@ def main():
             times = kernel_times(lambda: attn.backward(q, k, v, out, lse, d_out, **params), args.calls)
             for kernel, ms in sorted(times.items()):
                 short = kernel.rsplit("_bwd_", 1)[-1] if "_bwd_" in kernel else kernel[:40]
-                rows.append((name, arch, short, ms, work / (ms * 1e-3) / 1e12))
+                rows.append((spec, arch, short, ms, work / (ms * 1e-3) / 1e12))
                 print(rows[-1], flush=True)
-    print(f"\n{'workload':14s} {'variant':18s} {'kernel':28s} {'ms':>8s} {'TF/s':>8s}")
+    print(f"\n{"workload":20s} {'variant':18s} {'kernel':28s} {'ms':>8s} {'TF/s':>8s}")
     for name, arch, kernel, ms, tflops in rows:
-        print(f"{name:14s} {arch:18s} {kernel:28s} {ms:8.3f} {tflops:8.1f}")
+        print(f"{name:20s} {arch:18s} {kernel:28s} {ms:8.3f} {tflops:8.1f}")
 
 
 if __name__ == "__main__":
