@@ -66,7 +66,7 @@ def main():
                 short = kernel.rsplit("_bwd_", 1)[-1] if "_bwd_" in kernel else kernel[:40]
                 rows.append((spec, arch, short, ms, work / (ms * 1e-3) / 1e12))
                 print(rows[-1], flush=True)
-    print(f"\n{"workload":20s} {'variant':18s} {'kernel':28s} {'ms':>8s} {'TF/s':>8s}")
+    print(f"\n{'workload':20s} {'variant':18s} {'kernel':28s} {'ms':>8s} {'TF/s':>8s}")
     for name, arch, kernel, ms, tflops in rows:
         print(f"{name:20s} {arch:18s} {kernel:28s} {ms:8.3f} {tflops:8.1f}")
 
