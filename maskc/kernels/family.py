@@ -40,6 +40,7 @@ class BackwardKernels:
     key_chunk: int = 64
     q_step: int = 64
     stages: int = 2
+    row_bytes: int = 128  # Hopper dK/dV: shared memory per query for its mask row (a larger row is not stored)
 
     def supports(self, options: KernelOptions) -> bool:
         return options.head_dim in self.head_dims and (not self.key_tiles or options.block_k in self.key_tiles)
@@ -51,12 +52,12 @@ class BackwardKernels:
         """Portable dQ: Q and dO tiles, two K chunks and a V chunk; portable dK/dV: a K and a V chunk, Q and dO
         tiles; both with the LSE and delta of the query tile (fp32). Hopper dQ: Q and dO tiles, two stages of K
         and V tiles, delta of the query tile; Hopper dK/dV: the K and V tiles, then per stage a step of Q and of
-        dO with their LSE and delta. Hopper kernels add their mbarriers and 1024 bytes of alignment."""
+        dO with their LSE, delta and mask rows. Hopper kernels add their mbarriers and 1024 bytes of alignment."""
         d, bq, bk = options.head_dim, options.block_q, options.block_k
         if self.hopper and kernel == "dq":
             return 1024 + 2 * bq * d * ELEMENT_BYTES + 2 * 2 * bk * d * ELEMENT_BYTES + bq * 4 + 8 * 5
         if self.hopper:
-            per_stage = 2 * self.q_step * d * ELEMENT_BYTES + 2 * self.q_step * 4
+            per_stage = 2 * self.q_step * d * ELEMENT_BYTES + 2 * self.q_step * 4 + self.q_step * self.row_bytes
             return 1024 + 2 * bk * d * ELEMENT_BYTES + self.stages * per_stage + 8 * (1 + 2 * self.stages)
         k_chunks = {"dq": 3, "dkdv": 2}[kernel]
         return (2 * bq + k_chunks * self.key_chunk) * d * ELEMENT_BYTES + 2 * bq * 4
