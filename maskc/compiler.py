@@ -113,10 +113,10 @@ class CompiledMask:
         return self.build("cubin", "bwd").path
 
     @property
-    def backward_names(self) -> tuple[str, str]:
-        """The dQ kernel, then the dK/dV kernel."""
-        return (kernel_name(self.program.name, self.options, "bwd_dq"),
-                kernel_name(self.program.name, self.options, "bwd_dkdv"))
+    def backward_names(self) -> tuple[str, ...]:
+        """The backward kernels in launch order (`BackwardKernels.kernels`): the dQ kernel, then the dK/dV
+        kernel; for the fused pass prep, dK/dV, dq_store."""
+        return tuple(kernel_name(self.program.name, self.options, f"bwd_{k}") for k in self.options.backward.kernels)
 
     # -- planning -----------------------------------------------------------------------------------
 

@@ -121,6 +121,8 @@ def render_source(program: ir.Program, options: KernelOptions, source_name: str 
         backward_args=options.backward.args if options.backward else (),
         dq_name=kernel_name(program.name, options, "bwd_dq"),
         dkdv_name=kernel_name(program.name, options, "bwd_dkdv"),
+        prep_name=kernel_name(program.name, options, "bwd_prep"),
+        dq_store_name=kernel_name(program.name, options, "bwd_dq_store"),
         KEY_CHUNK=options.backward.key_chunk if options.backward else 0,
         BACKWARD_THREADS=options.backward.threads("dq") if options.backward else 0,
         Q_STEP=options.backward.q_step if options.backward else 0,

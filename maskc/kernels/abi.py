@@ -190,6 +190,12 @@ SM90A_BACKWARD_ARGS = BACKWARD_ARGS + TENSOR_MAPS + (
     Arg("tm_dout", "TensorMap", "dout, like tm_q", "tensor_map"),
     PERSISTENT[0],
 )
+# The fused Hopper pass: dQ is summed over key tiles into an fp32 accumulator by the dK/dV kernel, then scaled
+# and rounded into dq by a last kernel.
+SM90A_FUSED_BACKWARD_ARGS = SM90A_BACKWARD_ARGS + (
+    Arg("dq_accum", "float*", "fp32 scratch, zeroed before the pass: the sum of dS K over key tiles, addressed like "
+                              "q with its own strides"),
+) + _strides("dq_accum", "dq_accum")
 
 
 @dataclass(frozen=True)

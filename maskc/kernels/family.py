@@ -24,11 +24,18 @@ DTYPES = {"bf16": "bf16", "fp16": "f16"}  # option name -> PTX type name
 
 @dataclass(frozen=True)
 class BackwardKernels:
-    """A backward pass: a dQ kernel over the forward descriptor, then a dK/dV kernel over the descriptor by
-    key tile, both taking `args`, on the forward plan's tiles. Portable: 4 warps, a key tile in chunks of
+    """A backward pass: `kernels`, launched in that order on one stream, all taking `args`, on the forward
+    plan's tiles.
+
+    Deterministic passes: a dQ kernel over the forward descriptor (it also writes delta = rowsum(dO * O)),
+    then a dK/dV kernel over the descriptor by key tile. Portable: 4 warps, a key tile in chunks of
     `key_chunk` keys (one chunk per dK/dV CTA). Hopper: a producer warp and two consumer warpgroups of 64
     rows; the dQ kernel streams K and V tiles, the dK/dV kernel Q and dO in steps of `q_step` queries through
-    `stages` buffers."""
+    `stages` buffers.
+
+    The fused Hopper pass (not deterministic): `prep` writes delta, the dK/dV kernel also adds each step's
+    dS K into an fp32 dQ accumulator (atomic adds, so the order of the sums varies from run to run), and
+    `dq_store` scales and rounds it into dq: five matrix products per tile pair instead of seven."""
 
     name: str  # the option that selects it (KernelOptions.backward_kernels)
     template: str  # under templates/
@@ -41,11 +48,20 @@ class BackwardKernels:
     q_step: int = 64
     stages: int = 2
     row_bytes: int = 128  # Hopper dK/dV: shared memory per query for its mask row (a larger row is not stored)
+    kernels: tuple[str, ...] = ("dq", "dkdv")  # in launch order
+    deterministic: bool = True
+
+    @property
+    def fused(self) -> bool:
+        """Whether dQ is accumulated by the dK/dV kernel (into the fp32 `dq_accum`)."""
+        return "dq_store" in self.kernels
 
     def supports(self, options: KernelOptions) -> bool:
         return options.head_dim in self.head_dims and (not self.key_tiles or options.block_k in self.key_tiles)
 
     def threads(self, kernel: str) -> int:
+        if kernel in ("prep", "dq_store"):
+            return 256  # two threads a row of a 128-row query tile
         return 384 if self.hopper else 128
 
     def shared_memory_bytes(self, options: KernelOptions, kernel: str) -> int:
@@ -54,18 +70,21 @@ class BackwardKernels:
         and V tiles, delta of the query tile; Hopper dK/dV: the K and V tiles, then per stage a step of Q and of
         dO with their LSE, delta and mask rows. Hopper kernels add their mbarriers and 1024 bytes of alignment."""
         d, bq, bk = options.head_dim, options.block_q, options.block_k
+        if kernel in ("prep", "dq_store"):  # rows straight from global memory
+            return 0
         if self.hopper and kernel == "dq":
             return 1024 + 2 * bq * d * ELEMENT_BYTES + 2 * 2 * bk * d * ELEMENT_BYTES + bq * 4 + 8 * 5
         if self.hopper:
             per_stage = 2 * self.q_step * d * ELEMENT_BYTES + 2 * self.q_step * 4 + self.q_step * self.row_bytes
-            return 1024 + 2 * bk * d * ELEMENT_BYTES + self.stages * per_stage + 8 * (1 + 2 * self.stages)
+            d_s = 2 * bk * self.q_step * ELEMENT_BYTES if self.fused else 0  # dS^T of two steps, for dQ
+            return 1024 + 2 * bk * d * ELEMENT_BYTES + self.stages * per_stage + d_s + 8 * (1 + 2 * self.stages)
         k_chunks = {"dq": 3, "dkdv": 2}[kernel]
         return (2 * bq + k_chunks * self.key_chunk) * d * ELEMENT_BYTES + 2 * bq * 4
 
     def grid(self, kernel: str, options: KernelOptions, items: int, num_heads: int, kv_heads: int) -> int:
-        """dQ: one CTA per (query tile, query head); dK/dV: per (key chunk, key/value head), or per (key tile,
-        key/value head) for the Hopper kernel."""
-        if kernel == "dq":
+        """dQ (and prep, dq_store): one CTA per (query tile, query head); dK/dV: per (key chunk, key/value
+        head), or per (key tile, key/value head) for the Hopper kernel."""
+        if kernel != "dkdv":
             return items * num_heads
         chunks = 1 if self.hopper else options.block_k // self.key_chunk
         return items * chunks * kv_heads
@@ -77,6 +96,20 @@ PORTABLE_BACKWARD = BackwardKernels(
     summary="portable: mma.sync, ldmatrix, cp.async; deterministic (no atomics: dQ over the forward descriptor, "
             "dK and dV over the descriptor by key tile)",
     head_dims=(64, 128),
+)
+
+HOPPER_FUSED_BACKWARD = BackwardKernels(
+    name="hopper_fused",
+    template="sm90a/attention_bwd.cu.j2",
+    summary="wgmma and TMA; one kernel over key tiles computes dK, dV and each step's share of dQ, summed into "
+            "an fp32 accumulator with atomic adds (five products per tile pair instead of seven); NOT "
+            "deterministic: the order of dQ's sums varies from run to run",
+    head_dims=(128,),
+    args=abi.SM90A_FUSED_BACKWARD_ARGS,
+    hopper=True,
+    key_tiles=(128,),
+    kernels=("prep", "dkdv", "dq_store"),
+    deterministic=False,
 )
 
 HOPPER_BACKWARD = BackwardKernels(
@@ -180,7 +213,7 @@ SM90A = KernelFamily(
     consumer_registers=240,
     # The Hopper backward kernels: 1.3-1.7x the portable ones on the H200 (docs/training.md); the portable
     # ones where the Hopper ones do not apply (64-key tiles).
-    backward=(HOPPER_BACKWARD, PORTABLE_BACKWARD),
+    backward=(HOPPER_BACKWARD, PORTABLE_BACKWARD, HOPPER_FUSED_BACKWARD),
 )
 
 FAMILIES = (SM80, SM90A)

@@ -222,7 +222,8 @@ class Attention:
         outputs `out` and `lse`, and `d_out`, the gradient of the loss with respect to `out`, returns
         `(dq, dk, dv)` shaped like q, k and v (dk and dv summed over the query heads that share a key head).
 
-        Deterministic: no atomics, so the same inputs give the same bits. This is the pair CuPy users call
+        Deterministic (no atomics: the same inputs give the same bits) unless the options chose the fused
+        Hopper pass (`backward_kernels="hopper_fused"`). This is the pair CuPy users call
         by hand; with torch tensors that require grad, calling `attn` records it for autograd instead."""
         compiled, options = self.compiled, self.compiled.options
         if options.backward is None:
@@ -257,6 +258,11 @@ class Attention:
         values.update(zip(("key_work", "col_ptr", "q_tiles", "q_kinds"),
                           (a.data.ptr for a in _upload(key_tables, tq.device, stream))))
         bwd = options.backward
+        if bwd.fused:  # the fp32 sum of dS K over key tiles; dq_store scales and rounds it into dq
+            dq_accum = _describe(_empty_like(tq.obj, tq.shape, "float32", zeros=True), "dq_accum")
+            values["dq_accum"] = dq_accum.ptr
+            values.update(zip(("dq_accum_stride_b", "dq_accum_stride_t", "dq_accum_stride_h"),
+                              _token_strides(dq_accum, x.packed)))
         if any(a.name == "tm_q" for a in bwd.args):  # the Hopper kernels read through TMA tensor maps
             q_run, k_run = min(compiled.tiling.run("q"), bwd.q_step), compiled.tiling.run("k")
             values.update(_tensor_maps(options, x.packed, {"q": (tq, q_run), "dout": (tdo, q_run), "k": (tk, k_run),
@@ -265,11 +271,12 @@ class Attention:
         args = abi.pack(bwd.args, values)
         import cupy
 
-        items = {"dq": len(desc.work_seq), "dkdv": len(key_tables.col_ptr) - 1}
-        for kernel, name in zip(("dq", "dkdv"), compiled.backward_names):  # dQ first: it writes delta
+        query_items, key_items = len(desc.work_seq), len(key_tables.col_ptr) - 1
+        for kernel, name in zip(bwd.kernels, compiled.backward_names):  # dQ (or prep) first: it writes delta
+            items = key_items if kernel == "dkdv" else query_items
             shared = bwd.shared_memory_bytes(options, kernel)
             _, function = _module(str(compiled.backward_cubin), name, shared, tq.device)
-            grid = bwd.grid(kernel, options, items[kernel], hq, hkv)
+            grid = bwd.grid(kernel, options, items, hq, hkv)
             with cupy.cuda.Device(tq.device):
                 function((grid,), (bwd.threads(kernel),), args, shared_mem=shared, stream=stream)
         return grads
@@ -458,15 +465,17 @@ def _pointer(x) -> int:
     return x.data_ptr() if type(x).__module__.startswith("torch") else x.data.ptr
 
 
-def _empty_like(q, shape, dtype):
+def _empty_like(q, shape, dtype, zeros: bool = False):
+    """A new array on q's device and library: q's dtype, or float32 when `dtype` is given; zeroed on request."""
     if type(q).__module__.startswith("torch"):
         import torch
 
-        return torch.empty(shape, dtype=q.dtype if dtype is None else torch.float32, device=q.device)
+        make = torch.zeros if zeros else torch.empty
+        return make(shape, dtype=q.dtype if dtype is None else torch.float32, device=q.device)
     import cupy
 
     with q.device:
-        return cupy.empty(shape, dtype=q.dtype if dtype is None else cupy.float32)
+        return (cupy.zeros if zeros else cupy.empty)(shape, dtype=q.dtype if dtype is None else cupy.float32)
 
 
 def _stream(t: _Tensor):
