@@ -86,8 +86,20 @@ class MaskError(Exception):
     def with_source(self, source: Source) -> "MaskError":
         return self if self.source is not None else MaskError(self.diagnostics, source)
 
+    def __reduce__(self):  # pickled and copied with its diagnostics (its only argument is their rendering)
+        return type(self), (self.diagnostics, self.source)
+
     def render(self) -> str:
         return "\n".join(d.render(self.source) for d in self.diagnostics)
+
+
+class ValueProblem(MaskError, ValueError):
+    """Runtime values that do not fit the mask (values given per call, with `--param` or `--n`): a MaskError
+    that points at the source it concerns (the parameter's declaration, the segment being laid out), and a
+    ValueError, as the Python API reports bad values. Its message is the rendered diagnostic."""
+
+    def with_source(self, source: Source | None) -> "ValueProblem":
+        return self if self.source is not None or source is None else ValueProblem(self.diagnostics, source)
 
 
 def show_value(value, limit: int = 8) -> str:
@@ -109,3 +121,7 @@ def show_value(value, limit: int = 8) -> str:
 
 def error(span: Span, message: str, *notes: str) -> MaskError:
     return MaskError(Diagnostic(span, message, notes=tuple(notes)))
+
+
+def value_problem(span: Span, message: str, *notes: str) -> ValueProblem:
+    return ValueProblem(Diagnostic(span, message, notes=tuple(notes)))
