@@ -62,7 +62,7 @@ def reporting_errors(command):
             raise
         except MaskError as exc:
             fail(exc.render(), 1)
-        except ValueError as exc:  # bad runtime values: ValueProblem, PlanError, the runtime's checks
+        except ValueError as exc:  # PlanError (sizes), the tools' and the runtime's checks
             fail(f"error: {exc}", 1)
         except Exception as exc:  # BuildError and anything unexpected
             internal_error(exc)
@@ -134,7 +134,8 @@ def shown_path(path: str) -> str:
 
 @contextlib.contextmanager
 def naming_the_file(path: str):
-    """Errors about runtime values (a ValueError) name the mask file they came from."""
+    """Errors about runtime values name the mask file they came from: a ValueProblem (a MaskError) points into
+    it already; any other ValueError (a size the tools refuse, a descriptor too large) is given its name."""
     try:
         yield
     except MaskError:

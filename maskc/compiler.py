@@ -15,7 +15,7 @@ import numpy as np
 from maskc import ir
 from maskc.build import Artifact, compile_source
 from maskc.codegen import MaskCode, render_source
-from maskc.diagnostics import MaskError, Span, error, show_value
+from maskc.diagnostics import MaskError, ValueProblem, error, show_value
 from maskc.front import read_file, read_program
 from maskc.ir.ranges import INT64, check_ranges
 from maskc.kernels import KernelOptions, kernel_name
@@ -40,7 +40,7 @@ def bind_consts(program: ir.Program, given: dict[str, object]) -> ir.Program:
     unknown = sorted(name for name in given if name != "n" and program.param(name) is None)
     if unknown:
         names = ", ".join(p.name for p in program.params) or "none"
-        raise error(Span.unknown(), f"unknown parameter '{unknown[0]}'", f"the parameters of {program.name}: {names}")
+        raise error(program.span, f"unknown parameter '{unknown[0]}'", f"the parameters of {program.name}: {names}")
     values = []
     for p in program.params:
         if not p.const:
@@ -147,7 +147,10 @@ class CompiledMask:
             return hit
         values, layouts = self.bind(sequences)
         desc = plan(self.program, layouts, values, self.tiles)
-        result = (desc, kernel_tables(self.code, desc, layouts, values, offsets), layouts)
+        try:
+            result = (desc, kernel_tables(self.code, desc, layouts, values, offsets), layouts)
+        except ValueProblem as exc:
+            raise exc.with_source(self.program.source) from None
         self._plans[key] = result
         if len(self._plans) > PLAN_CACHE_SIZE:
             self._plans.popitem(last=False)

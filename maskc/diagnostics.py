@@ -86,8 +86,20 @@ class MaskError(Exception):
     def with_source(self, source: Source) -> "MaskError":
         return self if self.source is not None else MaskError(self.diagnostics, source)
 
+    def __reduce__(self):  # pickled and copied with its diagnostics (its only argument is their rendering)
+        return type(self), (self.diagnostics, self.source)
+
     def render(self) -> str:
         return "\n".join(d.render(self.source) for d in self.diagnostics)
+
+
+class ValueProblem(MaskError, ValueError):
+    """Runtime values that do not fit the mask (values given per call, with `--param` or `--n`): a MaskError
+    that points at the source it concerns (the parameter's declaration, the segment being laid out), and a
+    ValueError, as the Python API reports bad values. Its message is the rendered diagnostic."""
+
+    def with_source(self, source: Source | None) -> "ValueProblem":
+        return self if self.source is not None or source is None else ValueProblem(self.diagnostics, source)
 
 
 def show_value(value, limit: int = 8) -> str:
@@ -107,5 +119,41 @@ def show_value(value, limit: int = 8) -> str:
     return repr(value)
 
 
+def nested_too_deeply(exc: RecursionError, source: Source) -> MaskError:
+    """The error for a file whose expressions nest deeper than the recursive stages can follow, at the point
+    where they stopped: the start of the innermost expression reached, that is of the most specific node held by
+    the deepest frame of the traceback that holds one (an AST or IR node's `span`, a Lark tree's `meta`, a Lark
+    token). Only the error path pays for the search."""
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    span = Span.unknown()
+    for frame in reversed(frames):
+        spans = [s for s in map(_position_of, frame.f_locals.values()) if s is not None and s.line]
+        if spans:
+            inner = min(spans, key=lambda s: (s.end_line - s.line, s.end_col - s.col))
+            span = Span(inner.line, inner.col, inner.line, inner.col + 1)  # a point: the node may be long
+            break
+    return MaskError(Diagnostic(span, "expressions are nested too deeply"), source)
+
+
+def _position_of(value) -> Span | None:
+    span = getattr(value, "span", None)
+    if isinstance(span, Span):
+        return span
+    meta = getattr(value, "meta", None)  # a Lark tree
+    if meta is not None and not getattr(meta, "empty", True):
+        return Span(meta.line, meta.column, meta.end_line, meta.end_column)
+    if isinstance(getattr(value, "end_column", None), int):  # a Lark token
+        return Span(value.line, value.column, value.end_line, value.end_column)
+    return None
+
+
 def error(span: Span, message: str, *notes: str) -> MaskError:
     return MaskError(Diagnostic(span, message, notes=tuple(notes)))
+
+
+def value_problem(span: Span, message: str, *notes: str) -> ValueProblem:
+    return ValueProblem(Diagnostic(span, message, notes=tuple(notes)))

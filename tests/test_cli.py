@@ -442,7 +442,11 @@ def test_check_catches_defaults_that_do_not_lay_out(run, tmp_path):
                     "rules:\n    A -> A full\n")
     result = run("check", mask)
     assert result.exit_code == 1
-    assert result.stderr.startswith(f"{mask}: error: ") and "negative length" in result.stderr
+    assert result.stderr.splitlines() == [
+        f"{mask}:4:5: error: overfull: segment B has negative length -100 (n = 100, a = 200)",
+        "   4 |     B = n - a",
+        "     |     ^^^^^^^^^",
+    ]
     # Values given on the command line are checked instead of the defaults.
     assert run("check", mask, "--param", "a=50").exit_code == 0
 
@@ -603,9 +607,54 @@ def test_counted_tiles_hold_the_tokens_of_their_slots():
 def test_explain_bad_values_exit_1(run):
     result = run("explain", example("hstu"), "--n", "100")  # 2048 targets do not fit in 100 tokens
     assert result.exit_code == 1
-    assert result.stderr.startswith(f"{example('hstu')}: error: ") and "negative length" in result.stderr
+    assert result.stderr.startswith(f"{example('hstu')}:7:5: error: hstu: segment H has negative length -1948 "
+                                    "(n = 100, targets = 2048)\n   7 |     H = n - targets ")
     result = run("explain", example("clear"), "--n", "100")  # the grid fixes n = 32768
     assert result.exit_code == 1 and "fixes the length" in result.stderr
+
+
+RUNTIME_VALUES = """mask r(lengths: [int], p: int)
+segments:
+    S = sum(lengths)
+rules:
+    S -> S where q - k < p
+"""
+
+
+@pytest.mark.parametrize("params, expected", [
+    (["lengths=[1, -2]", "p=3"], ["3:5: error: r: segment S has negative length -1 (lengths = [1, -2])",
+                                  "   3 |     S = sum(lengths)",
+                                  "     |     ^^^^^^^^^^^^^^^^"]),
+    (["lengths=[1]", "p=true"], ["1:24: error: r: parameter 'p' is an int, got true",
+                                 "   1 | mask r(lengths: [int], p: int)",
+                                 "     |                        ^^^^^^"]),
+    (["lengths=[1]"], ["1:24: error: r: runtime parameter 'p' has no default and was not given",
+                       "   1 | mask r(lengths: [int], p: int)",
+                       "     |                        ^^^^^^"]),
+    (["lengths=[[1], [2, 3]]", "p=1"], ["1:8: error: r: parameter 'lengths' must be a [int] (1-dimensional, "
+                                        "rectangular), got [[1], [2, 3]]",
+                                        "   1 | mask r(lengths: [int], p: int)",
+                                        "     |        ^^^^^^^^^^^^^^"]),
+    (["lengths=[1]", "p=1", "n=3_000_000_000"], ["1:6: error: r: n = 3000000000 must be an integer in [0, 2^31 - 1]",
+                                                 "   1 | mask r(lengths: [int], p: int)",
+                                                 "     |      ^"]),
+])
+@pytest.mark.parametrize("command", ["explain", "check", "run"])
+def test_errors_about_runtime_values_point_at_the_source(run, tmp_path, command, params, expected):
+    """A value given with --param is reported as a diagnostic: file:line:col, the line and a caret under the
+    parameter's declaration or the segment that cannot be laid out; exit code 1, never a traceback."""
+    mask = tmp_path / "r.mask"
+    mask.write_text(RUNTIME_VALUES)
+    args = [a for p in params for a in ("--param", p)] + (["--cpu"] if command == "run" else [])
+    result = run(command, mask, *args)
+    if command == "check" and "has no default" in expected[0]:
+        assert result.exit_code == 0  # check leaves alone the values a file leaves open
+        return
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines()[-3:] == [f"{mask}:{expected[0]}", *expected[1:]]
+    if command == "explain":  # stdin is named as in every other diagnostic
+        result = run(command, "-", *args, input=RUNTIME_VALUES)
+        assert result.exit_code == 1 and result.stderr.splitlines() == [f"<stdin>:{expected[0]}", *expected[1:]]
 
 
 @pytest.mark.parametrize("name", ["block_sparse", "document", "natten2d", "tree", "clear_text"])
@@ -766,7 +815,11 @@ def test_the_gpu_check_bounds_its_rows_times_keys():
 
 def test_run_bad_values_exit_1(run):
     result = run("run", example("rm_shared"), "--n", "100", "--cpu")
-    assert result.exit_code == 1 and result.stderr.splitlines()[-1].startswith(f"{example('rm_shared')}: error: ")
+    assert result.exit_code == 1 and result.stderr.splitlines()[-3:] == [
+        f"{example('rm_shared')}:7:16: error: rm_shared: runtime parameter 'prompt' has no default and was not given",
+        "   7 | mask rm_shared(prompt: int, responses: [int])",
+        "     |                ^^^^^^^^^^^",
+    ]
 
 
 def test_run_on_the_gpu_path_is_chosen_only_with_a_gpu():
@@ -851,8 +904,9 @@ def test_a_length_fixed_by_the_parameters_names_the_file_and_says_what_to_change
     for command in ("explain", "run"):
         result = run(command, example("clear"), "--n", "4096", *(["--cpu"] if command == "run" else []))
         assert result.exit_code == 1
-        last = result.stderr.strip().splitlines()[-1]
-        assert last.startswith(f"{example('clear')}: error: clear: the layout fixes the length to 32768 tokens")
+        head, excerpt, carets = result.stderr.strip().splitlines()[-3:]
+        assert head.startswith(f"{example('clear')}:7:5: error: clear: the layout fixes the length to 32768 tokens")
+        assert excerpt.startswith("   7 |     I = grid(h, w)") and carets == "     |     " + "^" * 14
         assert "--param NAME=VALUE rather than --n" in result.stderr
 
 

@@ -1,5 +1,9 @@
 """read_program / read_file: the whole front end, and input that is not a readable mask at all."""
 
+import inspect
+import re
+import sys
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -55,10 +59,43 @@ def test_byte_order_mark_is_ignored(tmp_path):
     assert read_file(path).regions
 
 
-@pytest.mark.parametrize("predicate", ["-" * 5000 + "q < k", " + ".join(["q"] * 5000) + " < k"])
+def nested_too_deeply_at(text: str, rule: str) -> int:
+    """The column of an 'expressions are nested too deeply' error on the rules' line (5), checking its report:
+    the line under it and one caret."""
+    head, excerpt, carets = text.splitlines()
+    col = int(re.fullmatch(r"<mask>:5:(\d+): error: expressions are nested too deeply", head)[1])
+    assert excerpt == "   5 |     " + rule and carets == "     | " + " " * (col - 1) + "^"
+    return col
+
+
+@pytest.mark.parametrize("predicate", ["-" * 5000 + "q < k", "q" + " + (q" * 5000 + ")" * 5000 + " < k"])
 def test_pathological_nesting_is_an_error_not_a_crash(predicate):
-    text = error_text(read_program, CAUSAL.replace("causal", "where " + predicate))
-    assert text == "<mask>: error: expressions are nested too deeply"
+    """Reported at the innermost expression reached (how deep that is depends on the stack the parser was
+    called on): inside the predicate, which starts at column 18."""
+    rule = "S -> S where " + predicate
+    col = nested_too_deeply_at(error_text(read_program, CAUSAL.replace("S -> S causal", rule)), rule)
+    assert 18 < col < 18 + len(predicate) and rule[col - 5] in "-q"
+
+
+def test_nesting_too_deep_for_the_checker_is_reported_where_it_stopped(monkeypatch):
+    """The checker and lowering recurse too; a nesting the parser accepts but they cannot follow is reported
+    where they stopped (here the checker, given little stack)."""
+    import maskc.front
+
+    check = maskc.front.check
+
+    def check_with_little_stack(ast, source):
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(len(inspect.stack(0)) + 50)
+        try:
+            check(ast, source)
+        finally:
+            sys.setrecursionlimit(limit)
+
+    monkeypatch.setattr(maskc.front, "check", check_with_little_stack)
+    rule = "S -> S where " + "-" * 200 + "q < k"
+    col = nested_too_deeply_at(error_text(read_program, CAUSAL.replace("S -> S causal", rule)), rule)
+    assert 18 < col < 18 + 200 and rule[col - 5] == "-"
 
 
 # ---- robustness: whatever the input, the front end returns a program or raises MaskError

@@ -1,9 +1,12 @@
 """Runtime values and concrete layouts (maskc.layout): validation of each sequence's values, the layout of
 its segments, and the checks only runtime values allow (zero divisors, malformed trees). Every problem is a
-ValueProblem whose message names the parameter and its value."""
+ValueProblem (a ValueError) whose message names the parameter and its value, reported like maskc's other
+diagnostics at the source it concerns: the parameter's declaration, the segment being laid out."""
 
 from __future__ import annotations
 
+import copy
+import pickle
 from dataclasses import replace
 
 import numpy as np
@@ -30,9 +33,20 @@ def layout(prog, **given):
 
 
 def problem(fn, *args, **kwargs) -> str:
+    """The message of the ValueProblem `fn` raises (what its report says after `error: `)."""
     with pytest.raises(ValueProblem) as info:
         fn(*args, **kwargs)
-    return str(info.value)
+    assert isinstance(info.value, ValueError)
+    [diagnostic] = info.value.diagnostics
+    return diagnostic.message
+
+
+def report(fn, *args, **kwargs) -> tuple[str, str]:
+    """The ValueProblem `fn` raises as it reads: its first line, and the source text under its carets."""
+    with pytest.raises(ValueProblem) as info:
+        fn(*args, **kwargs)
+    head, excerpt, carets = str(info.value).splitlines()
+    return head, excerpt[carets.index("^"):carets.rindex("^") + 1]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -71,6 +85,8 @@ def test_values_of_the_right_type_are_accepted_and_defaults_filled_in():
     ("T", [[True], [False, True]], "[[true], [false, true]]"), ("a", True, "true"), ("a", np.bool_(False), "false"),
     ("L", np.array([[1, 2]]), "[[1, 2]]"), ("flag", np.int64(0), "0"), ("a", "3", "'3'"),
     ("L", [[1]] * 12, "[[1], [1], [1], ..., [1], [1], [1]]"),
+    ("L", [True, False], "[true, false]"), ("L", np.array([1.5, 2.0]), "[1.5, 2.0]"), ("B", [1, 0], "[1, 0]"),
+    ("B", np.array([0, 1], np.int8), "[0, 1]"),
 ])
 def test_values_in_messages_are_spelled_as_in_the_language(name, bad, shown):
     message = problem(bind_sequence, TYPED, {"n": 4, name: bad})
@@ -161,7 +177,7 @@ def test_negative_lengths_name_the_values():
     message = problem(layout, FAMILY, n=20, docs=[3, -1, 2])
     assert "segment D" in message and "member 1" in message and "docs = [3, -1, 2]" in message
     message = problem(layout, program("h: int = 2", "G = grid(h, 3)"), h=-1)
-    assert "segment G" in message and "negative grid dimensions" in message
+    assert message == "mask: segment G has negative grid dimensions -1 x 3 (h = -1)"
     message = problem(layout, program("m: int = 2", "B[i < m] = 4"), m=-1)
     assert "segment B" in message and "negative member count" in message
 
@@ -225,3 +241,123 @@ def test_trees_must_list_parents_before_children():
     assert "'parent'" in message and "parent[1] = 2" in message
     message = problem(validated, prog, n=5, parent=[0, -1, -1])  # a node that is its own parent
     assert "parent[0] = 0" in message
+
+
+# ---------------------------------------------------------------------------------------------------
+# Where problems are reported
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_a_problem_reads_like_maskcs_other_diagnostics():
+    prog = read_program("mask r(lengths: [int], p: int)\nsegments:\n    S = sum(lengths)\nrules:\n"
+                        "    S -> S where q - k < p\n", "/tmp/r.mask")
+    with pytest.raises(ValueError) as info:
+        layout(prog, lengths=[1, -2], p=3)
+    assert str(info.value).splitlines() == [
+        "/tmp/r.mask:3:5: error: mask: segment S has negative length -1 (lengths = [1, -2])",
+        "   3 |     S = sum(lengths)",
+        "     |     ^^^^^^^^^^^^^^^^",
+    ]
+    with pytest.raises(ValueError) as info:
+        bind_sequence(prog, {"lengths": [1], "p": True}, "r")
+    assert str(info.value).splitlines() == [
+        "/tmp/r.mask:1:24: error: r: parameter 'p' is an int, got true",
+        "   1 | mask r(lengths: [int], p: int)",
+        "     |                        ^^^^^^",
+    ]
+
+
+DECLARED_N = program("n: int = 4, b: int = 1", "S = n - b;B = b")
+
+
+@pytest.mark.parametrize("prog, given, head, marked", [
+    (TYPED, {"a": True}, "1:8: error: mask: parameter 'a' is an int, got true", "a: int = 1"),
+    (TYPED, {"flag": 1}, "1:20: error: mask: parameter 'flag' is a bool, got 1", "flag: bool = true"),
+    (TYPED, {"a": 2**31}, "1:8: error: mask: parameter 'a' = 2147483648 is outside the 32-bit range of runtime "
+                          "integers", "a: int = 1"),
+    (TYPED, {"L": [[1]]}, "1:39: error: mask: parameter 'L' must be a [int] (1-dimensional, rectangular), got [[1]]",
+     "L: [int] = [1]"),
+    (TYPED, {"L": [1, 2**40]}, "1:39: error: mask: parameter 'L' has values outside the 32-bit range",
+     "L: [int] = [1]"),
+    (TYPED, {"B": [1]}, "1:55: error: mask: parameter 'B' must hold bools, got [1]", "B: [bool] = [true]"),
+    (TYPED, {"T": [[1], [2, 3]]}, "1:75: error: mask: parameter 'T' must be a [[int]] (2-dimensional, rectangular), "
+                                  "got [[1], [2, 3]]", "T: [[int]] = [[1]]"),
+    (program("a: int, b: int = 2", "S = n"), {"n": 1}, "1:8: error: mask: runtime parameter 'a' has no default and "
+                                                       "was not given", "a: int"),
+    (replace(program("r: int = 1, const w: int = 4", "S = n"), consts=(("w", 4),)), {"w": 5},
+     "1:20: error: mask: 'w' is const: it is compiled in (as 4); compile again to change it", "const w: int = 4"),
+    # n: where it is declared, else the first segment that reads it, else the mask's name
+    (DECLARED_N, {"n": -1}, "1:8: error: mask: n = -1 must be an integer in [0, 2^31 - 1]", "n: int = 4"),
+    (TYPED, {"n": 2**31}, "3:5: error: mask: n = 2147483648 must be an integer in [0, 2^31 - 1]", "S = n"),
+    (program("", "S = 4"), {"n": True}, "1:6: error: mask: n = true must be an integer in [0, 2^31 - 1]", "t"),
+    (TYPED, {"radius": 2}, "1:6: error: mask: unknown parameter 'radius' (runtime parameters: a, flag, L, B, T)", "t"),
+])
+def test_a_bad_value_of_one_parameter_points_at_its_declaration(prog, given, head, marked):
+    assert report(bind_sequence, prog, given) == (f"<mask>:{head}", marked)
+
+
+def test_a_malformed_tree_points_at_the_parameter():
+    prog = program("n: int = 5, parent: [int] = [-1, 0, 0]", "P = n - len(parent);D = len(parent)",
+                   "D -> D   where ancestor(parent, q.pos, k.pos)")
+    assert report(validated, prog, parent=[-1, 2, 0]) == (
+        "<mask>:1:20: error: mask: 'parent' must list each parent before its child (parent[x] < x, -1 for a root); "
+        "parent[1] = 2", "parent: [int] = [-1, 0, 0]")
+
+
+@pytest.mark.parametrize("prog, given, head, marked", [
+    (FAMILY, {"n": 5}, "6:5: error: mask: segment Z has negative length -8 (n = 5, a = 2, docs = [3, 0, 2])",
+     "Z = n - a - sum(docs) - 6"),
+    (FAMILY, {"n": 20, "docs": [3, -1, 2]}, "4:5: error: mask: segment D member 1 has negative length -1 "
+                                            "(n = 20, docs = [3, -1, 2])", "D[i] = docs[i]"),
+    (program("h: int = 2", "A = 1;G = grid(3, h)"), {"h": -1}, "4:17: error: mask: segment G has negative grid "
+                                                               "dimensions 3 x -1 (h = -1)", "h"),
+    (program("m: int = 2", "B[i < m + 1] = 4"), {"m": -3}, "3:11: error: mask: segment B has a negative member count "
+                                                           "-2 (m = -3)", "m + 1"),
+    (program("m: int = 2", "B[i < m] = 0"), {"m": 2**24 + 1}, "3:11: error: mask: segment B has 16777217 members, "
+                                                              "more than the limit of 16777216 (m = 16777217)", "m"),
+    (program("a: int = 2, b: int = 2", "A = a;B = b"), {"a": 2**31 - 1, "b": 1},
+     "4:5: error: mask: segment B ends at token 2147483648, beyond the limit of 2^31 - 1 tokens per sequence (b = 1)",
+     "B = b"),
+    (program("L: [int] = [1, 2], M: [int] = [3, 4]", "R[i] = L[i] + M[i]"), {"M": [3]},
+     "3:5: error: mask: family R has 2 members but 'M' has 1 entries", "R[i] = L[i] + M[i]"),
+    (program("c: int = 2", "A = 3 + 10 // c;B = 4"), {"c": 0},
+     "3:13: error: mask: segment A divides by zero: division by zero in 10 // c (c = 0)", "10 // c"),
+    (program("c: [int] = [2]", "A[i] = 1 + 10 % c[i];B = 4"), {"c": [0]},
+     "3:16: error: mask: segment A divides by zero: division by zero in 10 % c[i] (c = [0])", "10 % c[i]"),
+    # the tiling as a whole: where n enters it, else the segments
+    (program("", "B = 3;A = n // 2"), {"n": 10}, "4:5: error: mask: the segments cover 8 tokens, not n = 10: the "
+                                                 "layout must tile [0, n) exactly (n = 10)", "A = n // 2"),
+    (program("", "B = 1;A = n - 1"), {}, "4:5: error: mask: the layout depends on n; give the sequence length",
+     "A = n - 1"),
+    (program("a: int = 5", "A = a;B = 3"), {"n": 9}, "3:5: error: mask: the layout fixes the length to 8 tokens, but "
+                                                     "n = 9 was given: its segments never mention n, so the length "
+                                                     "comes from the parameters; change those instead (with the "
+                                                     "command line: --param NAME=VALUE rather than --n)", "A = a"),
+])
+def test_a_segment_that_cannot_be_laid_out_is_reported_where_it_is_written(prog, given, head, marked):
+    assert report(layout, prog, **given) == (f"<mask>:{head}", marked)
+
+
+def test_a_zero_divisor_points_at_the_divisor():
+    prog = program("d: int = 2, e: int = 3", "S = n", "S -> S   where q // d == k % (e - 1)")
+    assert report(validated, prog, n=4, d=0) == ("<mask>:5:25: error: mask: the divisor d is zero (n = 4, d = 0)", "d")
+    assert report(validated, prog, n=4, e=1) == ("<mask>:5:35: error: mask: the divisor e - 1 is zero (n = 4, e = 1)",
+                                                 "e - 1")
+
+
+def test_a_problem_survives_pickling_and_copying():
+    """As a ValueError does (multiprocessing workers send exceptions back pickled)."""
+    with pytest.raises(ValueProblem) as info:
+        layout(FAMILY, n=5)
+    for again in (pickle.loads(pickle.dumps(info.value)), copy.copy(info.value)):
+        assert type(again) is ValueProblem and str(again) == str(info.value) and again.diagnostics[0].span.line == 6
+
+
+def test_problems_binding_a_batch_name_the_sequence_and_point_at_the_source():
+    from maskc.compiler import compile_program
+
+    compiled = compile_program(program("a: int = 1", "A = a;B = n - a"))
+    with pytest.raises(ValueError) as info:
+        compiled.bind([{"n": 4}, {"n": 4, "a": 5}])
+    assert str(info.value).splitlines()[0] == "<mask>:4:5: error: sequence 1: segment B has negative length -1 " \
+                                              "(n = 4, a = 5)"

@@ -359,6 +359,21 @@ def test_tables_with_different_shapes_per_sequence():
         check_descriptor(compiled.program, desc, layouts, values)
 
 
+def test_a_per_sequence_value_that_divides_by_zero_points_at_its_expression():
+    """validate_values refuses a zero divisor first; the kernel tables, built without it, still name the expression
+    where it is written."""
+    from maskc.plan.layout import bind_sequence, concrete_layout
+
+    compiled = compile_text("mask m(d: int = 2)\nsegments:\n    S = n\nrules:\n"
+                            "    S -> S   causal where q - k < n // d\n")
+    values = [bind_sequence(compiled.program, {"n": 64, "d": 0})]
+    layouts = [concrete_layout(compiled.program, values[0])]
+    desc = plan(compiled.program, layouts, values, compiled.tiles)
+    with pytest.raises(ValueError) as info:
+        planner.kernel_tables(compiled.code, desc, layouts, values, np.zeros(1, np.int64))
+    assert str(info.value) == "<mask>:5:35: error: sequence 0: n // d divides by zero for these parameter values"
+
+
 REFUSE_IN_A_CHILD = """
 import json, sys, time, tracemalloc
 from maskc.compiler import compile_file

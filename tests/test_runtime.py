@@ -115,6 +115,40 @@ def test_values_that_do_not_fit_the_mask_are_value_errors_naming_them(attn):
         assert "responses" in str(info.value) or "bonus" in str(info.value)
 
 
+def test_bad_values_point_at_the_source_they_concern(attn, tmp_path):
+    """A bad runtime value is still a ValueError, reported as maskc's other diagnostics are: the file (`<mask>` for
+    a string), line and column, then the line with a caret under the parameter's declaration or the segment."""
+    def report(fn, *args, **kwargs) -> list[str]:
+        with pytest.raises(ValueError) as info:
+            fn(*args, **kwargs)
+        return str(info.value).splitlines()
+
+    def caret(col: int, width: int) -> str:
+        return "     | " + " " * (col - 1) + "^" * width
+
+    header = "   1 | mask sp(n: int = 64, responses: [int] = [8, 8], bonus: int = 0, table: [[bool]] = [[true]],"
+    assert report(attn.sequences, [64, 40], {"bonus": [1, 2, 3]}) == [
+        "<mask>:1:49: error: 'bonus' has 3 values for 2 sequences", header, caret(49, 14)]
+    assert report(attn.sequences, [64], {"w": 5}) == [
+        "<mask>:2:9: error: 'w' is const (compiled in); compile again to change it",
+        "   2 |         const w: int = 4)", caret(9, 16)]
+    assert report(attn.sequences, [64], {"radius": 3}) == [
+        "<mask>:1:6: error: unknown runtime parameter 'radius' for mask sp (runtime parameters: responses, bonus, "
+        "table)", header, caret(6, 2)]
+    assert report(attn.compiled.tables, attn.sequences([64, 40], {"bonus": True})) == [
+        "<mask>:1:49: error: sequence 0: parameter 'bonus' is an int, got true", header, caret(49, 14)]
+    assert report(attn.compiled.tables, attn.sequences([64], {"responses": [40, 40]})) == [
+        "<mask>:4:5: error: sp: segment P has negative length -16 (n = 64, responses = [40, 40])",
+        "   4 |     P    = n - sum(responses)", caret(5, 25)]
+    assert report(maskc.loads, SHARED_PROMPT, bonus=1, arch="sm_80")[1:] == [header, caret(49, 14)]
+    path = tmp_path / "sp.mask"
+    path.write_text(SHARED_PROMPT)
+    loaded = maskc.load(path, arch="sm_80")
+    assert report(loaded.compiled.tables, loaded.sequences([64], {"table": [[1]]})) == [
+        f"{path}:1:65: error: sp: parameter 'table' must hold bools, got [[1]]", header,
+        caret(65, 26)]
+
+
 def test_per_sequence_detection():
     assert not _is_per_sequence(3, 0) and _is_per_sequence([3, 4], 0) and _is_per_sequence(np.array([1]), 0)
     assert not _is_per_sequence([3, 4], 1) and not _is_per_sequence([], 1) and _is_per_sequence([[], [1]], 1)

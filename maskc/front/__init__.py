@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from maskc import ir
-from maskc.diagnostics import Diagnostic, MaskError, Source, Span
+from maskc.diagnostics import Diagnostic, MaskError, Source, Span, nested_too_deeply
 from maskc.front.check import check
 from maskc.front.lower import lower
 from maskc.front.syntax import parse
@@ -23,8 +23,8 @@ def read_program(text: str, path: str = "<mask>") -> ir.Program:
         return lower(ast, source)
     except MaskError as e:
         raise e.with_source(source) from None
-    except RecursionError:  # only a pathological file nests deep enough for the recursive passes
-        raise MaskError(Diagnostic(Span.unknown(), "expressions are nested too deeply"), source) from None
+    except RecursionError as e:  # only a pathological file nests deep enough for the recursive passes
+        raise nested_too_deeply(e, source) from None
 
 
 def read_file(path: str | os.PathLike) -> ir.Program:

@@ -52,6 +52,7 @@ def lower(ast: MaskFile, source: Source) -> ir.Program:
         regions=tuple(_region(rule, layout, source) for rule in ast.rules),
         batch=tuple(tuple((a.name.text, _value(a.value)) for a in line.assignments) for line in ast.batch),
         source=source,
+        span=ast.name.span,
     )
 
 

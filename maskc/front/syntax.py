@@ -21,7 +21,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedTok
 
 from maskc import __version__
 from maskc.cache import cache_dir, read_entry, write_entry
-from maskc.diagnostics import Diagnostic, MaskError, Source, Span, error
+from maskc.diagnostics import MaskError, Source, Span, error, nested_too_deeply
 from maskc.resources import resource_dir
 
 KEYWORDS = frozenset(
@@ -267,8 +267,8 @@ def parse(text: str, path: str = "<mask>") -> MaskFile:
         return _Builder().build(tree)
     except MaskError as e:
         raise e.with_source(source) from None
-    except RecursionError:
-        raise MaskError(Diagnostic(Span.unknown(), "expressions are nested too deeply"), source) from None
+    except RecursionError as e:
+        raise nested_too_deeply(e, source) from None
 
 
 _LARK_OPTIONS = {"parser": "lalr", "lexer": "basic", "propagate_positions": True, "maybe_placeholders": False}

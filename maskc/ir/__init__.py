@@ -376,6 +376,7 @@ class Program:
     batch: tuple[tuple[tuple[str, object], ...], ...] = ()  # default jagged batch: per sequence (name, value)
     consts: tuple[tuple[str, object], ...] = ()  # values bound to `const` parameters for this compile
     source: Source | None = field(default=None, compare=False, repr=False)
+    span: Span = _NOSPAN  # the mask's name in its header, where the implicit `n` is reported when it has no declaration
 
     def param(self, name: str) -> ParamDecl | None:
         return next((p for p in self.params if p.name == name), None)

@@ -86,7 +86,9 @@ def evaluate(e: ir.Expr, env: Env):
         try:
             return o.op.evaluate(*values, *o.consts)
         except ZeroDivisionError:
-            raise ZeroDivisionError(f"division by zero in {ir.show(e)}") from None
+            exc = ZeroDivisionError(f"division by zero in {ir.show(e)}")
+            exc.span = e.span if e.span.line else o.args[1].span  # where it is written, for diagnostics
+            raise exc from None
     if isinstance(e, ir.Index):
         table = env.arrays[e.array]
         value = gather(table, tuple(evaluate(i, env) for i in e.indices))

@@ -8,13 +8,14 @@ segment (every family member counts as one), in order.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from maskc import ir
-from maskc.diagnostics import show_value
+from maskc.diagnostics import Span, ValueProblem, show_value, value_problem
 from maskc.ir import MAX_FAMILY_MEMBERS, layout_uses_n  # noqa: F401  (part of this module's interface)
 from maskc.ir.evaluate import Env, evaluate
 
@@ -63,8 +64,38 @@ class ConcreteLayout:
         return int(self.starts[lo]), int(self.starts[hi - 1] + self.lengths[hi - 1])
 
 
-class ValueProblem(ValueError):
-    """Runtime values that do not fit the mask: a clear message naming the values, never a crash."""
+# Every problem with runtime values is a ValueProblem (maskc.diagnostics, re-exported here): a ValueError that
+# points at the most specific source it concerns, reported in the program's source file.
+
+
+def _in_source(fn):
+    """A ValueProblem raised by `fn(program, ...)` is reported in the program's source file."""
+
+    @functools.wraps(fn)
+    def wrapper(program: ir.Program, *args, **kwargs):
+        try:
+            return fn(program, *args, **kwargs)
+        except ValueProblem as exc:
+            raise exc.with_source(program.source) from None
+
+    return wrapper
+
+
+def _known(*spans: Span) -> Span:
+    """The first known span (a pass may have built an expression without one)."""
+    return next((s for s in spans if s.line), Span.unknown())
+
+
+def _segments_reading_n(program: ir.Program) -> list[ir.Segment]:
+    return [s for s in program.segments
+            if any("n" in ir.params_used(e) for e in (s.length, s.count, *s.dims) if e is not None)]
+
+
+def _n_span(program: ir.Program) -> Span:
+    """Where n is reported: its declaration, else the first segment whose length reads it, else the mask's name."""
+    decl = program.param("n")
+    return _known(decl.span if decl is not None else Span.unknown(),
+                  *(s.span for s in _segments_reading_n(program)), program.span)
 
 
 def _describe(values: SequenceValues, names: set[str]) -> str:
@@ -88,13 +119,13 @@ def _as_scalar(decl: ir.ParamDecl, value, where: str):
     if decl.type.elem == "bool":
         if isinstance(value, (bool, np.bool_)):
             return bool(value)
-        raise ValueProblem(f"{where}: parameter '{decl.name}' is a bool, got {show_value(value)}")
+        raise value_problem(decl.span, f"{where}: parameter '{decl.name}' is a bool, got {show_value(value)}")
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueProblem(f"{where}: parameter '{decl.name}' is an int, got {show_value(value)}")
+        raise value_problem(decl.span, f"{where}: parameter '{decl.name}' is an int, got {show_value(value)}")
     value = int(value)
     if not decl.const and not INT32_MIN <= value <= INT32_MAX:
-        raise ValueProblem(
-            f"{where}: parameter '{decl.name}' = {value} is outside the 32-bit range of runtime integers"
+        raise value_problem(
+            decl.span, f"{where}: parameter '{decl.name}' = {value} is outside the 32-bit range of runtime integers"
         )
     return value
 
@@ -107,24 +138,25 @@ def _as_array(decl: ir.ParamDecl, value, where: str) -> np.ndarray:
     if arr is not None and arr.size == 0 and arr.dtype != object and 1 <= arr.ndim < decl.type.depth:
         arr = arr.reshape((0,) * decl.type.depth)  # `[]` is an empty table too
     if arr is None or arr.dtype == object or arr.ndim != decl.type.depth:
-        raise ValueProblem(
-            f"{where}: parameter '{decl.name}' must be a {decl.type} "
+        raise value_problem(
+            decl.span, f"{where}: parameter '{decl.name}' must be a {decl.type} "
             f"({decl.type.depth}-dimensional, rectangular), got {show_value(value)}"
         )
     if arr.size == 0:
         return np.zeros(arr.shape, dtype=bool if decl.type.elem == "bool" else np.int64)
     if decl.type.elem == "bool":
         if arr.dtype != bool:
-            raise ValueProblem(f"{where}: parameter '{decl.name}' must hold bools, got {arr.dtype}")
+            raise value_problem(decl.span, f"{where}: parameter '{decl.name}' must hold bools, got {show_value(value)}")
         return arr.copy()
     if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
-        raise ValueProblem(f"{where}: parameter '{decl.name}' must hold ints, got {arr.dtype}")
+        raise value_problem(decl.span, f"{where}: parameter '{decl.name}' must hold ints, got {show_value(value)}")
     arr = arr.astype(np.int64)
     if arr.min() < INT32_MIN or arr.max() > INT32_MAX:
-        raise ValueProblem(f"{where}: parameter '{decl.name}' has values outside the 32-bit range")
+        raise value_problem(decl.span, f"{where}: parameter '{decl.name}' has values outside the 32-bit range")
     return arr
 
 
+@_in_source
 def bind_sequence(program: ir.Program, given: dict[str, object], where: str = "mask") -> SequenceValues:
     """Validate one sequence's runtime values and fill in defaults. `given` may hold 'n'."""
     consts = dict(program.consts)
@@ -132,7 +164,7 @@ def bind_sequence(program: ir.Program, given: dict[str, object], where: str = "m
     unknown = [name for name in given if name != "n" and name not in declared]
     if unknown:
         known = ", ".join(p.name for p in program.runtime_params) or "none"
-        raise ValueProblem(f"{where}: unknown parameter '{unknown[0]}' (runtime parameters: {known})")
+        raise value_problem(program.span, f"{where}: unknown parameter '{unknown[0]}' (runtime parameters: {known})")
     scalars: dict[str, int | bool] = {}
     arrays: dict[str, np.ndarray] = {}
     n = given.get("n")
@@ -141,24 +173,23 @@ def bind_sequence(program: ir.Program, given: dict[str, object], where: str = "m
         n = n_decl.default
     if n is not None:
         if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or not 0 <= n <= MAX_SEQUENCE_LENGTH:
-            raise ValueProblem(f"{where}: n = {show_value(n)} must be an integer in [0, 2^31 - 1]")
+            raise value_problem(_n_span(program), f"{where}: n = {show_value(n)} must be an integer in [0, 2^31 - 1]")
         n = int(n)
     for decl in program.params:
         if decl.name == "n":
             continue
         if decl.const:
             if decl.name in given:
-                raise ValueProblem(
-                    f"{where}: '{decl.name}' is const: it is compiled in (as {show_value(consts.get(decl.name))}); "
-                    "compile again to change it"
-                )
+                shown = show_value(consts.get(decl.name))
+                raise value_problem(decl.span, f"{where}: '{decl.name}' is const: it is compiled in (as {shown}); "
+                                    "compile again to change it")
             value = consts[decl.name]
         elif decl.name in given:
             value = given[decl.name]
         elif decl.default is not None:
             value = decl.default
         else:
-            raise ValueProblem(f"{where}: runtime parameter '{decl.name}' has no default and was not given")
+            raise value_problem(decl.span, f"{where}: runtime parameter '{decl.name}' has no default and was not given")
         if decl.type.depth == 0:
             scalars[decl.name] = _as_scalar(decl, value, where)
         else:
@@ -211,18 +242,20 @@ def _check_family_lists(seg: ir.Segment, names: tuple[str, ...], count: int, val
     for name in names:
         size = len(values.arrays[name])
         if size != count:
-            raise ValueProblem(f"{where}: family {seg.name} has {count} members but '{name}' has {size} entries")
+            raise value_problem(seg.span,
+                                f"{where}: family {seg.name} has {count} members but '{name}' has {size} entries")
 
 
 def _family_list(seg: ir.Segment) -> str:
     return seg.length.array if isinstance(seg.length, ir.Index) else ""
 
 
+@_in_source
 def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "mask") -> ConcreteLayout:
     facts = _layout_facts(program)
     uses_n = facts.uses_n
     if uses_n and values.n is None:
-        raise ValueProblem(f"{where}: the layout depends on n; give the sequence length")
+        raise value_problem(_n_span(program), f"{where}: the layout depends on n; give the sequence length")
     env = _env(values, values.n if uses_n else None)
     # Per segment its length (an int), or its members' lengths (an array, for a family); the tables are built
     # at the end with a few numpy calls (a batch lays out many sequences per call).
@@ -231,10 +264,11 @@ def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "m
     grid_dims: dict[int, tuple[int, ...]] = {}
     position = 0
 
-    def problem(seg: ir.Segment, message: str) -> ValueProblem:
+    def problem(seg: ir.Segment, what: str, span: Span = Span.unknown()) -> ValueProblem:
+        """A problem with a segment's length: at `span` (the expression at fault) where known, else the segment."""
         names = set().union(*(ir.params_used(e) | ir.arrays_used(e)
                                for e in (seg.length, seg.count, *seg.dims) if e is not None))
-        return ValueProblem(f"{where}: segment {seg.name} {message} ({_describe(values, names)})")
+        return value_problem(_known(span, seg.span), f"{where}: segment {seg.name} {what} ({_describe(values, names)})")
 
     for s, seg in enumerate(program.segments):
         try:
@@ -243,15 +277,17 @@ def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "m
             elif seg.kind == "grid":
                 dims = tuple(int(evaluate(d, env)) for d in seg.dims)
                 if min(dims) < 0:
-                    raise problem(seg, f"has negative grid dimensions {dims}")
+                    bad = next(d for d, x in zip(seg.dims, dims) if x < 0)
+                    raise problem(seg, f"has negative grid dimensions {' x '.join(map(str, dims))}", bad.span)
                 grid_dims[s] = dims
                 length = int(np.prod(dims, dtype=object))
             else:
                 count = int(evaluate(seg.count, env))
                 if count < 0:
-                    raise problem(seg, f"has a negative member count {count}")
+                    raise problem(seg, f"has a negative member count {count}", seg.count.span)
                 if count > MAX_FAMILY_MEMBERS:
-                    raise problem(seg, f"has {count} members, more than the limit of {MAX_FAMILY_MEMBERS}")
+                    raise problem(seg, f"has {count} members, more than the limit of {MAX_FAMILY_MEMBERS}",
+                                  seg.count.span)
                 _check_family_lists(seg, facts.family_lists[s], count, values, where)
                 if s in facts.plain:
                     length = values.arrays[facts.plain[s]].astype(np.int64)  # `R[i] = list[i]`, the usual form
@@ -260,7 +296,7 @@ def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "m
                     length = np.broadcast_to(np.asarray(evaluate(seg.length, env), dtype=np.int64), (count,)).copy()
                     env.family_index = None
         except ZeroDivisionError as exc:
-            raise problem(seg, f"divides by zero: {exc}") from None
+            raise problem(seg, f"divides by zero: {exc}", getattr(exc, "span", Span.unknown())) from None
         if isinstance(length, int):
             if length < 0:
                 raise problem(seg, f"has negative length {length}")
@@ -281,13 +317,16 @@ def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "m
 
     if values.n is not None and position != values.n:
         if uses_n:
-            raise ValueProblem(
+            raise value_problem(  # where n enters the layout
+                _known(*(s.span for s in _segments_reading_n(program))),
                 f"{where}: the segments cover {position} tokens, not n = {values.n}: the layout must tile [0, n) "
                 f"exactly ({_describe(values, set(values.scalars) | set(values.arrays))})"
             )
-        raise ValueProblem(f"{where}: the layout fixes the length to {position} tokens, but n = {values.n} was given: "
-                           "its segments never mention n, so the length comes from the parameters; change those "
-                           "instead (with the command line: --param NAME=VALUE rather than --n)")
+        everything = functools.reduce(Span.merge, (s.span for s in program.segments), Span.unknown())
+        raise value_problem(everything, f"{where}: the layout fixes the length to {position} tokens, but n = "
+                            f"{values.n} was given: its segments never mention n, so the length comes from the "
+                            "parameters; change those instead (with the command line: --param NAME=VALUE rather than "
+                            "--n)")
     total = sum(counts)
     if counts.count(1) == len(counts):  # one entry per segment (families of one member included)
         lengths = np.array([x if isinstance(x, int) else x[0] for x in parts], dtype=np.int64)
@@ -344,7 +383,7 @@ def segment_bounds(names: list[str], layout: ConcreteLayout) -> dict[tuple[str, 
 class _RuntimeChecks:
     """What validate_values looks at, found once per program: divisors of the sequence alone, and trees."""
 
-    divisors: tuple[ir.Expr, ...]
+    divisors: tuple[tuple[ir.Expr, Span], ...]  # with where to report it: the divisor, else its rule
     trees: tuple[str, ...]
 
 
@@ -361,7 +400,7 @@ def _runtime_checks(program: ir.Program) -> _RuntimeChecks:
             o = ir.operation(node)
             if o is not None and o.op.divides and \
                     not any(isinstance(x, (ir.Token, ir.Member)) for x in ir.walk(o.args[1])):
-                divisors.append(o.args[1])
+                divisors.append((o.args[1], _known(o.args[1].span, node.span, region.span)))
             if isinstance(node, ir.Ancestor):
                 trees.append(node.array)
     checks = _RuntimeChecks(tuple(divisors), tuple(dict.fromkeys(trees)))
@@ -371,23 +410,25 @@ def _runtime_checks(program: ir.Program) -> _RuntimeChecks:
     return checks
 
 
+@_in_source
 def validate_values(program: ir.Program, values: SequenceValues, layout: ConcreteLayout, where: str = "mask") -> None:
     """Checks on runtime values that the kernel could not report: zero divisors and malformed trees."""
     checks = _runtime_checks(program)
     if checks.divisors:
         env = _env(values, layout.n)
-        for divisor in checks.divisors:
+        for divisor, span in checks.divisors:
             try:
                 zero = int(evaluate(divisor, env)) == 0
             except ZeroDivisionError:
                 zero = True
             if zero:
                 names = ir.params_used(divisor) | ir.arrays_used(divisor)
-                raise ValueProblem(f"{where}: the divisor {ir.show(divisor)} is zero ({_describe(values, names)})")
+                raise value_problem(span, f"{where}: the divisor {ir.show(divisor)} is zero "
+                                          f"({_describe(values, names)})")
     for name in checks.trees:
         parent = values.arrays[name]
         bad = np.nonzero(parent >= np.arange(len(parent)))[0]
         if len(bad):
             x = int(bad[0])
-            raise ValueProblem(f"{where}: '{name}' must list each parent before its child "
-                               f"(parent[x] < x, -1 for a root); parent[{x}] = {int(parent[x])}")
+            raise value_problem(program.param(name).span, f"{where}: '{name}' must list each parent before its "
+                                f"child (parent[x] < x, -1 for a root); parent[{x}] = {int(parent[x])}")

@@ -23,6 +23,7 @@ from functools import cached_property
 import numpy as np
 
 from maskc import ir
+from maskc.diagnostics import value_problem
 from maskc.ir.evaluate import Env, evaluate
 from maskc.kernels.abi import TileKind
 from maskc.plan.arrays import distinct, expand
@@ -848,7 +849,9 @@ def kernel_tables(code, desc: Descriptor, layouts: list[ConcreteLayout], values:
                 try:
                     seq_table[b, table.value(i)] = int(evaluate(sv.expr, one))
                 except ZeroDivisionError:
-                    raise PlanError(f"sequence {b}: {sv.text} divides by zero for these parameter values") from None
+                    # (validate_values refuses such values first; this names the expression all the same)
+                    raise value_problem(sv.expr.span, f"sequence {b}: {sv.text} divides by zero for these "
+                                        "parameter values") from None
     def joined(name):
         return np.concatenate([getattr(lay, name) for lay in layouts] + [np.zeros(0, np.int32)])
 

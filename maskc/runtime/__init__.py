@@ -16,6 +16,7 @@ from functools import lru_cache
 import numpy as np
 
 from maskc.compiler import CompiledMask, frozen_values
+from maskc.diagnostics import Span, ValueProblem, value_problem
 from maskc.kernels import abi
 from maskc.runtime.launch import PreparedLaunch, cupy_stream, current_stream_handle
 from maskc.runtime.tensor_maps import tensor_map
@@ -118,12 +119,14 @@ class Attention:
             decl = self.program.param(name)
             if decl is None or name == "n":
                 known = ", ".join(p.name for p in self.program.runtime_params) or "none"
-                raise ValueError(f"unknown runtime parameter '{name}' for mask {self.program.name} (runtime parameters: {known})")
+                raise _problem(self.program, self.program.span, f"unknown runtime parameter '{name}' for mask "
+                               f"{self.program.name} (runtime parameters: {known})")
             if decl.const:
-                raise ValueError(f"'{name}' is const (compiled in); compile again to change it")
+                raise _problem(self.program, decl.span, f"'{name}' is const (compiled in); compile again to change it")
             per_sequence = _is_per_sequence(value, decl.type.depth)
             if per_sequence and len(value) != len(lengths):
-                raise ValueError(f"'{name}' has {len(value)} values for {len(lengths)} sequences")
+                raise _problem(self.program, decl.span,
+                               f"'{name}' has {len(value)} values for {len(lengths)} sequences")
             for b, seq in enumerate(out):
                 seq[name] = value[b] if per_sequence else value
         return out
@@ -514,6 +517,11 @@ def _check_lse(tl: _Tensor, tq: _Tensor, lse_shape) -> None:
         raise ValueError(f"lse must be a contiguous float32 tensor of shape {list(expected)} on q's device")
 
 
+def _problem(program, span: Span, message: str) -> ValueProblem:
+    """A ValueError about runtime values, reported at `span` in the mask's source."""
+    return value_problem(span, message).with_source(program.source)
+
+
 def plain_values(params: dict) -> dict:
     """Runtime values given as torch tensors or CuPy arrays, as the Python values they hold (so that a tensor
     updated in place is read again, never cached by identity)."""
@@ -608,15 +616,17 @@ def _check_load_keyword(program, name: str, value) -> None:
     accepted = (f"load-time keywords are kernel options ({', '.join(KERNEL_OPTIONS)}) and const parameters "
                 f"({', '.join(p.name for p in program.params if p.const) or f'{program.name} has none'})")
     if name == "n":
-        raise ValueError(f"'n' is the length of each sequence: every call takes it from the shapes of q, k and v "
-                         f"(or cu_seqlens), never from load; {accepted}")
+        raise _problem(program, decl.span if decl is not None else program.span,
+                       f"'n' is the length of each sequence: every call takes it from the shapes of q, k and v "
+                       f"(or cu_seqlens), never from load; {accepted}")
     if decl is not None:
         example = repr(value) if len(repr(value)) <= 40 else "..."  # a Python call: Python's spelling
-        raise ValueError(f"'{name}' is a runtime parameter of mask {program.name}: its values are given per call, "
-                         f"as in attn(q, k, v, {name}={example}), and changing them never recompiles; {accepted}")
+        raise _problem(program, decl.span, f"'{name}' is a runtime parameter of mask {program.name}: its values are "
+                       f"given per call, as in attn(q, k, v, {name}={example}), and changing them never recompiles; "
+                       f"{accepted}")
     runtime = ", ".join(p.name for p in program.runtime_params) or "none"
-    raise ValueError(f"mask {program.name} has no parameter or option '{name}': {accepted}; its runtime "
-                     f"parameters ({runtime}) are given per call")
+    raise _problem(program, program.span, f"mask {program.name} has no parameter or option '{name}': {accepted}; "
+                   f"its runtime parameters ({runtime}) are given per call")
 
 
 def default_arch(program=None, head_dim: int = 128) -> str:
