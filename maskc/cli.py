@@ -24,7 +24,7 @@ from maskc import __version__, ir
 from maskc.compiler import compile_program
 from maskc.diagnostics import MaskError
 from maskc.front import read_file, read_program
-from maskc.kernels import ARCHS, DTYPES, HEAD_DIMS, KernelOptions
+from maskc.kernels import ARCHS, BACKWARD_PASSES, DTYPES, HEAD_DIMS, KernelOptions
 
 # The tooling (maskc.tools: explain, trial and the brute-force reference) is imported by the commands that use
 # it, so that `maskc compile` loads the compile path only.
@@ -260,10 +260,13 @@ def cli():
 @click.option("--head-dim", type=click.Choice([str(d) for d in HEAD_DIMS]), default="128", show_default=True)
 @click.option("--dtype", type=click.Choice(list(DTYPES)), default="bf16", show_default=True,
               help="Type of q, k, v and the output (accumulation is fp32).")
+@click.option("--backward-kernels", type=click.Choice(BACKWARD_PASSES),
+              help="Which backward pass the file carries (default: the family's best for these options; "
+                   "docs/training.md).")
 @param_option("Value of a const parameter, compiled in (repeatable). Runtime parameters are call arguments, "
               "not compile options.")
 @reporting_errors
-def compile_command(masks, output, emit, arch, head_dim, dtype, params):
+def compile_command(masks, output, emit, arch, head_dim, dtype, backward_kernels, params):
     """Compile each MASK ('-' reads stdin) into a kernel for one architecture, head dim and dtype.
 
     With several masks, a mask with an error is reported and the others are still written; the exit code
@@ -280,7 +283,7 @@ def compile_command(masks, output, emit, arch, head_dim, dtype, params):
     if output == "-" and emit == "cubin" and stdout_is_terminal():
         raise click.UsageError("a cubin is binary: redirect stdout to a file, or give -o FILE")
     try:
-        options = KernelOptions(int(head_dim), dtype, arch)
+        options = KernelOptions(int(head_dim), dtype, arch, backward_kernels=backward_kernels)
     except ValueError as exc:  # an option the chosen kernel family does not support
         raise click.UsageError(str(exc)) from None
     failed = False
@@ -428,9 +431,12 @@ def explain_command(mask, n, params, png, dump_mask, dump_batch):
 @click.option("--cpu", "force_cpu", is_flag=True, help="Check on the CPU even when a GPU is usable.")
 @click.option("--backward", is_flag=True, help="Also run the backward pass (GPU): check dq, dk and dv against "
               "float32 autograd and time the backward and forward + backward.")
+@click.option("--backward-kernels", type=click.Choice(BACKWARD_PASSES),
+              help="Which backward pass (default: the family's best for these options; docs/training.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @reporting_errors
-def run_command(mask, n, params, batch, heads, kv_heads, head_dim, dtype, arch, seed, force_cpu, backward, as_json):
+def run_command(mask, n, params, batch, heads, kv_heads, head_dim, dtype, arch, seed, force_cpu, backward,
+                backward_kernels, as_json):
     """Run MASK on fresh random inputs and check the result.
 
     On a GPU (PyTorch and CuPy installed): launch the kernel, compare with float32 attention (every row of
@@ -454,11 +460,12 @@ def run_command(mask, n, params, batch, heads, kv_heads, head_dim, dtype, arch, 
     if problem is None:
         with naming_the_file(mask):
             result = trial.run_on_gpu(program, consts, sequences, origin, heads=heads, kv_heads=kv_heads or heads,
-                                      head_dim=int(head_dim), dtype=dtype, seed=seed, arch=arch, backward=backward)
+                                      head_dim=int(head_dim), dtype=dtype, seed=seed, arch=arch, backward=backward,
+                                      backward_kernels=backward_kernels)
     else:
         click.echo(f"maskc run: no GPU run ({problem}); checking on the CPU instead", err=True)
         try:
-            options = KernelOptions(int(head_dim), dtype, arch or "sm_90")
+            options = KernelOptions(int(head_dim), dtype, arch or "sm_90", backward_kernels=backward_kernels)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
         compiled = compile_program(program, options, consts)

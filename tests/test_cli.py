@@ -879,6 +879,20 @@ def test_compile_refuses_options_the_family_does_not_support(run, tmp_path):
     assert result.exit_code == 0 and "maskc_causal_fwd_sm90a_hd256_bf16" in (tmp_path / "x.cu").read_text()
 
 
+def test_compile_chooses_the_backward_pass(run, tmp_path):
+    out = tmp_path / "x.cu"
+    result = run("compile", example("causal"), "-o", out, "--arch", "sm_90a", "--backward-kernels", "hopper_fused")
+    assert result.exit_code == 0, result.stderr
+    text = out.read_text()
+    assert "maskc_causal_bwd_prep_sm90a_hd128_bf16" in text and "maskc_causal_bwd_dq_store_sm90a_hd128_bf16" in text
+    assert "maskc_causal_bwd_dq_sm90a" not in text  # the deterministic pair's dQ kernel is not in this file
+    result = run("compile", example("causal"), "-o", out, "--arch", "sm_90a", "--backward-kernels", "portable")
+    assert result.exit_code == 0 and "maskc_causal_bwd_dq_sm90a_hd128_bf16" in out.read_text()
+    result = run("compile", example("causal"), "-o", out, "--arch", "sm_90a", "--head-dim", "64",
+                 "--backward-kernels", "hopper_fused")
+    assert result.exit_code == 2 and "backward_kernels must be one of ['hopper', 'portable']" in result.stderr
+
+
 def test_compile_takes_several_masks(run, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = run("compile", example("causal"), example("hstu"))

@@ -219,6 +219,7 @@ SM90A = KernelFamily(
 FAMILIES = (SM80, SM90A)
 ARCHS = tuple(a for f in FAMILIES for a in f.archs)
 HEAD_DIMS = tuple(sorted({d for f in FAMILIES for d in f.head_dims}))
+BACKWARD_PASSES = tuple(dict.fromkeys(b.name for f in FAMILIES for b in f.backward))  # every backward_kernels value
 
 
 def family_for(arch: str) -> KernelFamily:
