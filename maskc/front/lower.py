@@ -35,6 +35,7 @@ from maskc.front.syntax import (
     SingleSegment,
     Subscript,
     UnaryOp,
+    ValueList,
 )
 from maskc.ir.ops import CALLS, INFIX, PREFIX
 
@@ -58,6 +59,8 @@ def lower(ast: MaskFile, source: Source) -> ir.Program:
 def _value(literal: Literal) -> int | bool | tuple:
     if isinstance(literal, ListLit):
         return tuple(_value(item) for item in literal.items)
+    if isinstance(literal, ValueList):
+        return literal.values
     return literal.value
 
 

@@ -13,8 +13,9 @@ import functools
 import hashlib
 import io
 import re
+import sys
 from dataclasses import dataclass
-from typing import Iterator, Union
+from typing import Container, Iterator, Union
 
 import lark
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
@@ -62,7 +63,41 @@ class ListLit:
     span: Span
 
 
-Literal = Union[IntLit, BoolLit, ListLit]
+@dataclass(frozen=True, slots=True)
+class ValueList:
+    """A list of numbers and bools written out flat, `[1, -2, 3]` (two or more elements; grammar/mask.lark,
+    VALUES). It means what the `ListLit` of the same text means, but the lexer reads it as one token and it
+    keeps its elements as plain values: a default of a million numbers costs a tuple of a million ints, not
+    a million nodes and two million tokens. `items()` makes the literals, with their positions, when a
+    message needs them."""
+
+    values: tuple[int | bool, ...]
+    text: str  # as written, from '[' to ']'
+    span: Span
+
+    def items(self, wanted: Container[int] | None = None) -> Iterator[IntLit | BoolLit]:
+        """The elements (those at the indices `wanted`, or all) as `list_literal` reads them: the same literals,
+        and the same errors at the same places."""
+        line, line_start = self.span.line, -(self.span.col - 1)  # the offset in `text` of the line's column 1
+        scanned = 0
+        for i, m in enumerate(_ELEMENT.finditer(self.text)):
+            if wanted is not None and i not in wanted:
+                continue
+            breaks = self.text.count("\n", scanned, m.start())
+            if breaks:
+                line += breaks
+                line_start = self.text.rindex("\n", scanned, m.start()) + 1
+            scanned = m.start()
+            word = m.group()
+            span = Span(line, m.start() - line_start + 1, line, m.end() - line_start + 1)
+            if word in _BOOLS:
+                yield BoolLit(_BOOLS[word], span)
+            else:
+                negative = word.startswith("-")
+                yield _integer(word[1:] if negative else word, span, negative)
+
+
+Literal = Union[IntLit, BoolLit, ListLit, ValueList]
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +315,8 @@ def _parser() -> lark.Lark:
     parse. The entry is named by what the tables depend on and checked against its sha256 (maskc.cache),
     so a stale or damaged file is never loaded."""
     grammar = (resource_dir("grammar") / "mask.lark").read_text(encoding="utf-8")
+    if sys.version_info < (3, 11):  # possessive repeats (VALUES) are Python 3.11's: a plain one matches the same
+        grammar = grammar.replace(")++", ")+")  # lists, with a backtracking stack as long as the list
     key = hashlib.sha256("\0".join([__version__, lark.__version__, repr(_LARK_OPTIONS), grammar]).encode())
     entry = cache_dir() / "front" / f"{key.hexdigest()}.lark"
     saved = read_entry(entry)
@@ -357,6 +394,8 @@ def _name(token: lark.Token) -> Name:
 
 
 _INTEGER = re.compile(r"[0-9]+(_[0-9]+)*")
+_ELEMENT = re.compile(r"-?[A-Za-z0-9_]+")  # an element of a VALUES token: a number, maybe negative, true or false
+_BOOLS = {"true": True, "false": False}
 
 
 def _integer(token: lark.Token, span: Span, negative: bool = False) -> IntLit:
@@ -367,6 +406,49 @@ def _integer(token: lark.Token, span: Span, negative: bool = False) -> IntLit:
     if not INT64_MIN <= value <= INT64_MAX:
         raise error(span, f"integer literal {'-' if negative else ''}{token} does not fit in 64 bits")
     return IntLit(value, span)
+
+
+def _value_list(token: lark.Token, span: Span) -> ValueList:
+    """A VALUES token as a `ValueList`, without a node per element. A bad element (a malformed number, one
+    outside 64 bits) is found among the plain values, then made a literal, which reports it where it is."""
+    text = str(token)
+    inner = text[1:-1].rstrip()
+    inner = inner[:-1] if inner.endswith(",") else inner  # a trailing comma
+    values = _plain_values(inner)
+    if len(values) == inner.count(",") + 1 and INT64_MIN <= min(values) and max(values) <= INT64_MAX:
+        return ValueList(tuple(values), text, span)
+    bad = next((i for i, v in enumerate(values) if not INT64_MIN <= v <= INT64_MAX), len(values))
+    next(ValueList((), text, span).items({bad}))  # raises the MaskError of that element
+    raise AssertionError(f"element {bad} of a list is not bad after all")
+
+
+def _plain_values(inner: str) -> list[int | bool]:
+    """The elements of a VALUES token, up to the first that is not a number, `true` or `false`. int() takes the
+    whitespace around a number and '_' between its digits, as `_INTEGER` does."""
+    values: list[int | bool] = []
+    try:
+        for parts in _pieces(inner):
+            values.extend(map(int, parts))  # the common case, at C speed
+        return values
+    except ValueError:  # bools, or a malformed number: element by element
+        values = []
+    try:
+        for parts in _pieces(inner):
+            for part in map(str.strip, parts):
+                values.append(_BOOLS[part] if part in _BOOLS else int(part))
+    except ValueError:
+        pass
+    return values
+
+
+def _pieces(inner: str, size: int = 1 << 16) -> Iterator[list[str]]:
+    """`inner.split(",")`, a piece at a time: a million strings at once would be most of what a long list costs."""
+    start = 0
+    while start <= len(inner):
+        end = inner.find(",", start + size)
+        end = len(inner) if end < 0 else end
+        yield inner[start:end].split(",")
+        start = end + 1
 
 
 class _Builder:
@@ -429,6 +511,9 @@ class _Builder:
 
     def list_literal(self, tree):
         return ListLit(self.build_all(tree.children), _span(tree))
+
+    def value_list(self, tree):
+        return _value_list(tree.children[0], _span(tree))
 
     def single_segment(self, tree):
         name, length = tree.children
@@ -577,9 +662,10 @@ _PHRASES = [
     ("an operator", {"PLUS", "STAR"}, _OPERATORS),
     ("a shape (full, causal, diag)", {"FULL", "CAUSAL", "DIAG"}, {"FULL", "CAUSAL", "DIAG"}),
     ("a type (int, bool, [int], [[int]], ...)", {"INT_TYPE", "BOOL_TYPE"}, {"INT_TYPE", "BOOL_TYPE", "LSQB"}),
-    ("a value (a number, true, false or a list)", {"INT", "TRUE", "LSQB"}, {"INT", "MINUS", "TRUE", "FALSE", "LSQB"}),
+    ("a value (a number, true, false or a list)", {"INT", "TRUE", "LSQB"},
+     {"INT", "MINUS", "TRUE", "FALSE", "LSQB", "VALUES"}),
 ]
-_TERMINAL_WORDS = {"NAME": "a name", "INT": "a number", "_NL": "end of line", "$END": "end of file"}
+_TERMINAL_WORDS = {"NAME": "a name", "INT": "a number", "VALUES": "a list", "_NL": "end of line", "$END": "end of file"}
 _MAX_EXPECTED = 5  # beyond this, a list of alternatives helps less than silence
 
 
@@ -622,6 +708,8 @@ def _describe_token(token: lark.Token) -> str:
         return f"name '{token}'"
     if token.type == "INT":
         return f"number {token}"
+    if token.type == "VALUES":  # however long it is, a list is named by its start
+        return f"list '{token}'" if len(token) <= 24 else f"list '{token[:20]}...'"
     if token in KEYWORDS:
         return f"keyword '{token}'"
     return f"'{token}'"
