@@ -23,6 +23,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedTok
 from maskc import __version__
 from maskc.cache import cache_dir, read_entry, write_entry
 from maskc.diagnostics import Diagnostic, MaskError, Source, Span, error
+from maskc.ir import SHORT_CHAIN
 from maskc.resources import resource_dir
 
 KEYWORDS = frozenset(
@@ -164,21 +165,23 @@ Expr = Union[IntLit, BoolLit, Name, Attribute, Call, Subscript, UnaryOp, BinaryO
 def subexpressions(e: Expr) -> Iterator[Expr]:
     """`e` and every expression inside it, parents first. The list named by a `Subscript` is not an
     expression of its own and is not visited; a list passed to `len`, `sum` or `ancestor` is."""
-    yield e
-    if isinstance(e, (Call, BoolOp)):
-        inner: tuple[Expr, ...] = e.args
-    elif isinstance(e, Subscript):
-        inner = e.indices
-    elif isinstance(e, UnaryOp):
-        inner = (e.arg,)
-    elif isinstance(e, BinaryOp):
-        inner = (e.lhs, e.rhs)
-    elif isinstance(e, Comparison):
-        inner = e.operands
-    else:
-        inner = ()
-    for child in inner:
-        yield from subexpressions(child)
+    stack = [e]  # a loop, not a recursion: see ir.walk
+    while stack:
+        e = stack.pop()
+        yield e
+        if isinstance(e, (Call, BoolOp)):
+            inner: tuple[Expr, ...] = e.args
+        elif isinstance(e, Subscript):
+            inner = e.indices
+        elif isinstance(e, UnaryOp):
+            inner = (e.arg,)
+        elif isinstance(e, BinaryOp):
+            inner = (e.lhs, e.rhs)
+        elif isinstance(e, Comparison):
+            inner = e.operands
+        else:
+            inner = ()
+        stack.extend(reversed(inner))
 
 
 @dataclass(frozen=True, slots=True)
@@ -579,12 +582,17 @@ class _Builder:
         return self._left_associative(tree)
 
     def _left_associative(self, tree):
-        """`a - b + c` is `(a - b) + c`; each node spans its own operands."""
-        first, *rest = tree.children
-        result, span = self.build(first), _operand_span(first)
-        for op, operand in zip(rest[0::2], rest[1::2]):
-            span = span.merge(_operand_span(operand))
-            result = BinaryOp(str(op), result, self.build(operand), span)
+        """`a - b + c` is `(a - b) + c`; each node spans its own operands. A chain longer than `SHORT_CHAIN`
+        is grouped as a balanced tree instead, with the same value (see `_balanced`), so that its depth -- and
+        every recursion over it, in each stage -- is logarithmic in its length."""
+        operands = [(self.build(x), _operand_span(x)) for x in tree.children[0::2]]
+        ops = [str(op) for op in tree.children[1::2]]
+        if len(operands) > SHORT_CHAIN:
+            return _balanced(operands, ops)
+        result, span = operands[0]
+        for op, (operand, operand_span) in zip(ops, operands[1:]):
+            span = span.merge(operand_span)
+            result = BinaryOp(op, result, operand, span)
         return result
 
     def negate(self, tree):
@@ -623,6 +631,43 @@ class _Builder:
             self.local_names.append(_name(name))
             env[str(name)] = substitute(self.build(value), env)
         return substitute(self.build(body), env)
+
+
+def _balanced(operands: list[tuple[Expr, Span]], ops: list[str]) -> Expr:
+    """A long chain `x0 op1 x1 op2 x2 ...` as a balanced tree, operands in their order, with the same value.
+
+    A sum is split in halves, each written relative to the sign of its first operand: `a - b - c + d` is
+    `(a - b) - (c - d)`. A product balances each run of `*` and applies `//` and `%` from the left, since they
+    do not associate: `a * b * c // d * e` is `((a * b) * c) // d * e` with `a * b * c` balanced. Each node
+    spans its operands."""
+    if ops[0] in "+-":
+        signs = ["+", *ops]
+
+        def grouped(lo: int, hi: int) -> tuple[Expr, Span]:  # operands lo..hi-1, signs relative to signs[lo]
+            if hi - lo == 1:
+                return operands[lo]
+            mid = (lo + hi) // 2
+            (lhs, lhs_span), (rhs, rhs_span) = grouped(lo, mid), grouped(mid, hi)
+            span = lhs_span.merge(rhs_span)
+            return BinaryOp("+" if signs[mid] == signs[lo] else "-", lhs, rhs, span), span
+
+        return grouped(0, len(operands))[0]
+
+    def product(run: list[tuple[Expr, Span]]) -> tuple[Expr, Span]:
+        if len(run) == 1:
+            return run[0]
+        (lhs, lhs_span), (rhs, rhs_span) = product(run[: len(run) // 2]), product(run[len(run) // 2 :])
+        span = lhs_span.merge(rhs_span)
+        return BinaryOp("*", lhs, rhs, span), span
+
+    run = [operands[0]]
+    for op, operand in zip(ops, operands[1:]):
+        if op == "*":
+            run.append(operand)
+        else:
+            (lhs, lhs_span), (rhs, rhs_span) = product(run), operand
+            run = [(BinaryOp(op, lhs, rhs, lhs_span.merge(rhs_span)), lhs_span.merge(rhs_span))]
+    return product(run)[0]
 
 
 def substitute(e: Expr, env: dict[str, Expr]) -> Expr:

@@ -73,10 +73,7 @@ def _same_member(c: ir.Expr) -> bool:
 
 
 def _fold(op: str, parts: list[ir.Expr]) -> ir.Expr:
-    out = parts[0]
-    for p in parts[1:]:
-        out = ir.Binary(op, out, p)
-    return simplify(out)
+    return simplify(ir.fold(op, parts))
 
 
 def row_intervals(program: ir.Program, region: ir.Region) -> ir.RowIntervals | None:
