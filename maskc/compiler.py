@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from maskc import ir
+from maskc import gcpause, ir
 from maskc.build import Artifact, compile_source
 from maskc.codegen import MaskCode, render_source
 from maskc.diagnostics import MaskError, Span, error, show_value
@@ -181,9 +181,10 @@ def compile_program(program: ir.Program, options: KernelOptions = KernelOptions(
     """Optimise, check and generate code for a parsed program."""
     try:
         program = bind_consts(program, dict(consts or {}))
-        program = run_pipeline(program, observe=observe)
-        check_ranges(program)
-        source, code = render_source(program, options)
+        with gcpause.paused():
+            program = run_pipeline(program, observe=observe)
+            check_ranges(program)
+            source, code = render_source(program, options)
     except MaskError as exc:
         raise exc.with_source(program.source) if program.source else exc
     return CompiledMask(program, options, source, code)

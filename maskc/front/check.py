@@ -48,6 +48,7 @@ BOOL = ParamType("bool")
 INT_LIST = ParamType("int", 1)
 
 MAX_SEGMENT_NAMES = 32
+MAX_RULES = 1024  # as written (every ordered pair of 32 segments); at most 31 remain once merged (codegen)
 MAX_DIAGNOSTICS = 100  # reported at once; the last one says how many more there are
 MAX_LIST_DEPTH = 2
 TOKENS = {"q": "query", "k": "key"}
@@ -175,6 +176,9 @@ class _Checker:
             self.check_local_name(name)
         for rule in self.ast.rules:
             self.check_rule(rule)
+        if len(self.ast.rules) > MAX_RULES:
+            self.report(self.ast.rules[MAX_RULES].span, f"too many rules: a mask has at most {MAX_RULES:,} rules",
+                        "the passes merge rules with the same predicate; at most 31 may remain")
         for line in self.ast.batch:
             self.check_batch_line(line)
         return self.diagnostics

@@ -20,11 +20,18 @@ from typing import Container, Iterator, Union
 import lark
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
-from maskc import __version__
+from maskc import __version__, gcpause
 from maskc.cache import cache_dir, read_entry, write_entry
 from maskc.diagnostics import Diagnostic, MaskError, Source, Span, error
 from maskc.ir import SHORT_CHAIN
 from maskc.resources import resource_dir
+
+# What the front end reads at most (docs/language.md, Limits). Past a limit a file is refused at once, with a
+# message that names it, before the work that would grow with it: parsing costs some 20 us a token, and each
+# later stage some more per expression node.
+MAX_FILE_BYTES = 16 * 2**20
+MAX_TOKENS = 200_000  # names, numbers, symbols and line ends; a list of numbers or bools written out is one
+MAX_NODES = 200_000  # expression nodes in all, a `let` name counted as its expression wherever it is used
 
 KEYWORDS = frozenset(
     "mask segments rules batch where full causal diag grid and or not true false const int bool let in".split()
@@ -162,26 +169,43 @@ class BoolOp:
 Expr = Union[IntLit, BoolLit, Name, Attribute, Call, Subscript, UnaryOp, BinaryOp, Comparison, BoolOp]
 
 
+def children(e: Expr) -> tuple[Expr, ...]:
+    """The expressions directly inside `e`. The list named by a `Subscript` is not an expression of its own;
+    a list passed to `len`, `sum` or `ancestor` is."""
+    if isinstance(e, (Call, BoolOp)):
+        return e.args
+    if isinstance(e, Subscript):
+        return e.indices
+    if isinstance(e, UnaryOp):
+        return (e.arg,)
+    if isinstance(e, BinaryOp):
+        return (e.lhs, e.rhs)
+    if isinstance(e, Comparison):
+        return e.operands
+    return ()
+
+
 def subexpressions(e: Expr) -> Iterator[Expr]:
-    """`e` and every expression inside it, parents first. The list named by a `Subscript` is not an
-    expression of its own and is not visited; a list passed to `len`, `sum` or `ancestor` is."""
+    """`e` and every expression inside it, parents first."""
     stack = [e]  # a loop, not a recursion: see ir.walk
     while stack:
         e = stack.pop()
         yield e
-        if isinstance(e, (Call, BoolOp)):
-            inner: tuple[Expr, ...] = e.args
-        elif isinstance(e, Subscript):
-            inner = e.indices
-        elif isinstance(e, UnaryOp):
-            inner = (e.arg,)
-        elif isinstance(e, BinaryOp):
-            inner = (e.lhs, e.rhs)
-        elif isinstance(e, Comparison):
-            inner = e.operands
-        else:
-            inner = ()
-        stack.extend(reversed(inner))
+        stack.extend(reversed(children(e)))
+
+
+def tree_size(e: Expr) -> int:
+    """The nodes of `e` written out as a tree. A `let` makes every use of a name share its expression, which the
+    later stages copy, so each use counts; the count visits each shared subtree once, so it costs the shared size."""
+    sizes: dict[int, int] = {}
+
+    def size(x: Expr) -> int:
+        n = sizes.get(id(x))
+        if n is None:
+            n = sizes[id(x)] = 1 + sum(map(size, children(x)))
+        return n
+
+    return size(e)
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,16 +321,31 @@ class MaskFile:
 def parse(text: str, path: str = "<mask>") -> MaskFile:
     """The AST of a `.mask` file; a syntax error raises `MaskError`, reported under `path`."""
     source = Source(path, text)
+    if len(text) > MAX_FILE_BYTES:
+        raise MaskError(too_large(len(text), "characters"), source)
     try:
-        tree = _parser().parse(text)
+        with gcpause.paused():
+            tree = _parser().parse(text)
     except UnexpectedInput as e:
         raise _syntax_error(e, text).with_source(source) from None
+    except MaskError as e:  # too many tokens (_LineBreaks)
+        raise e.with_source(source) from None
     try:
-        return _Builder().build(tree)
+        with gcpause.paused():
+            return _Builder().build(tree)
     except MaskError as e:
         raise e.with_source(source) from None
     except RecursionError:
         raise MaskError(Diagnostic(Span.unknown(), "expressions are nested too deeply"), source) from None
+
+
+def too_large(size: int, unit: str) -> Diagnostic:
+    """The message for a file over MAX_FILE_BYTES (`size` is in `unit`, bytes or characters)."""
+    return Diagnostic(Span.unknown(), f"this file is too large: {size:,} {unit}, more than the "
+                      f"{MAX_FILE_BYTES // 2**20} MiB a mask file may have", notes=(_RUNTIME_VALUES,))
+
+
+_RUNTIME_VALUES = "give long lists as runtime values instead (maskc run --param NAME=[...], or attention(q, k, v, NAME=...))"
 
 
 _LARK_OPTIONS = {"parser": "lalr", "lexer": "basic", "propagate_positions": True, "maybe_placeholders": False}
@@ -350,7 +389,12 @@ class _LineBreaks:
         depth = 0
         last = None
         newline_pending = False
-        for token in stream:
+        for count, token in enumerate(stream, 1):
+            if count > MAX_TOKENS:
+                raise error(Span(token.line, token.column, token.end_line, token.end_column),
+                            f"this file is too long: a mask has at most {MAX_TOKENS:,} tokens (names, numbers, "
+                            "symbols and line ends)", "a list of numbers or bools written out counts as one token",
+                            _RUNTIME_VALUES)
             if token.type == "_NL":
                 newline_pending = newline_pending or (depth == 0 and last is not None)
                 continue
@@ -459,6 +503,16 @@ class _Builder:
 
     def __init__(self):
         self.local_names: list[Name] = []
+        self.nodes = 0  # in the expressions built so far, against MAX_NODES
+
+    def expression(self, tree) -> Expr:
+        """A whole expression (a length, a member count, a grid dimension, a predicate), counted."""
+        e = self.build(tree)
+        self.nodes += tree_size(e)
+        if self.nodes > MAX_NODES:
+            raise error(e.span, f"the expressions of this mask are too large: more than {MAX_NODES:,} nodes in all",
+                        "a local name (let) counts as its expression wherever it is used")
+        return e
 
     def build(self, tree: lark.Tree):
         return getattr(self, tree.data)(tree)
@@ -520,24 +574,25 @@ class _Builder:
 
     def single_segment(self, tree):
         name, length = tree.children
-        return SingleSegment(_name(name), self.build(length), _span(tree))
+        return SingleSegment(_name(name), self.expression(length), _span(tree))
 
     def family_segment(self, tree):
         name, index, length = tree.children
-        return FamilySegment(_name(name), _name(index), None, self.build(length), _span(tree))
+        return FamilySegment(_name(name), _name(index), None, self.expression(length), _span(tree))
 
     def counted_family_segment(self, tree):
         name, index, _less_than, count, length = tree.children
-        return FamilySegment(_name(name), _name(index), self.build(count), self.build(length), _span(tree))
+        return FamilySegment(_name(name), _name(index), self.expression(count), self.expression(length),
+                             _span(tree))
 
     def grid_segment(self, tree):
         name, *dims = tree.children
-        return GridSegment(_name(name), self.build_all(dims), _span(tree))
+        return GridSegment(_name(name), tuple(map(self.expression, dims)), _span(tree))
 
     def rule(self, tree):
         q, k, *rest = tree.children
         shape = next((_name(t.children[0]) for t in rest if t.data == "shape"), None)
-        where = next((self.build(t.children[0]) for t in rest if t.data == "where"), None)
+        where = next((self.expression(t.children[0]) for t in rest if t.data == "where"), None)
         return Rule(self.build(q), self.build(k), shape, where, _span(tree))
 
     def side(self, tree):
@@ -630,7 +685,12 @@ class _Builder:
             name, value = binding.children
             self.local_names.append(_name(name))
             env[str(name)] = substitute(self.build(value), env)
-        return substitute(self.build(body), env)
+        result = substitute(self.build(body), env)
+        # Names used twice in each binding double the result with each: refused here, before anything walks it.
+        if tree_size(result) > MAX_NODES:
+            raise error(_span(tree), f"this expression is too large: more than {MAX_NODES:,} nodes with its local "
+                        "names replaced by their expressions")
+        return result
 
 
 def _balanced(operands: list[tuple[Expr, Span]], ops: list[str]) -> Expr:
