@@ -697,9 +697,8 @@ def _balanced(operands: list[tuple[Expr, Span]], ops: list[str]) -> Expr:
     """A long chain `x0 op1 x1 op2 x2 ...` as a balanced tree, operands in their order, with the same value.
 
     A sum is split in halves, each written relative to the sign of its first operand: `a - b - c + d` is
-    `(a - b) - (c - d)`. A product balances each run of `*` and applies `//` and `%` from the left, since they
-    do not associate: `a * b * c // d * e` is `((a * b) * c) // d * e` with `a * b * c` balanced. Each node
-    spans its operands."""
+    `(a - b) - (c - d)`. A product balances each run of `*`, and applies `//` and `%` from the left, since they
+    do not associate. Each node spans its operands."""
     if ops[0] in "+-":
         signs = ["+", *ops]
 
@@ -717,17 +716,25 @@ def _balanced(operands: list[tuple[Expr, Span]], ops: list[str]) -> Expr:
         if len(run) == 1:
             return run[0]
         (lhs, lhs_span), (rhs, rhs_span) = product(run[: len(run) // 2]), product(run[len(run) // 2 :])
-        span = lhs_span.merge(rhs_span)
-        return BinaryOp("*", lhs, rhs, span), span
+        return BinaryOp("*", lhs, rhs, lhs_span.merge(rhs_span)), lhs_span.merge(rhs_span)
 
-    run = [operands[0]]
+    def apply(op: str, lhs: tuple[Expr, Span], rhs: tuple[Expr, Span]) -> tuple[Expr, Span]:
+        span = lhs[1].merge(rhs[1])
+        return BinaryOp(op, lhs[0], rhs[0], span), span
+
+    # Runs of `*` between divisions: `a * b // c * d * e` is `(a * b) // c * (d * e)`.
+    runs: list[tuple[str, list[tuple[Expr, Span]]]] = [("", [operands[0]])]
     for op, operand in zip(ops, operands[1:]):
         if op == "*":
-            run.append(operand)
+            runs[-1][1].append(operand)
         else:
-            (lhs, lhs_span), (rhs, rhs_span) = product(run), operand
-            run = [(BinaryOp(op, lhs, rhs, lhs_span.merge(rhs_span)), lhs_span.merge(rhs_span))]
-    return product(run)[0]
+            runs.append((op, [operand]))
+    result = product(runs[0][1])
+    for op, (divisor, *factors) in runs[1:]:
+        result = apply(op, result, divisor)
+        if factors:
+            result = apply("*", result, product(factors))
+    return result[0]
 
 
 def substitute(e: Expr, env: dict[str, Expr]) -> Expr:
