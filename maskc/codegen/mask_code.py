@@ -280,7 +280,10 @@ class _Builder:
             where = "elem" if deps == {"q", "k"} else "col" if deps == {"k"} else "row"
             target = {"row": row_terms, "col": col_terms, "elem": elem_terms}[where]
             target.append(self.render_bool(c, r, region, where))
-        join = lambda ts: (" & " if len(ts) > ir.SHORT_CHAIN else " && ").join(ts) if ts else "true"  # noqa: E731 (render_bool says why)
+
+        def join(ts: list[str]) -> str:  # a long conjunction evaluates every term (render_bool says why)
+            return (" & " if len(ts) > ir.SHORT_CHAIN else " && ").join(ts) if ts else "true"
+
         return RegionCode(r, region.rule or ir.show(region.pred), join(row_terms), join(col_terms), join(elem_terms))
 
 

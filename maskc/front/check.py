@@ -243,9 +243,10 @@ class _Checker:
         found among the plain values; only they become literals (with their positions) for the messages."""
         wanted = {INT: int, BOOL: bool}.get(element)
         lo, hi = value_range[0], value_range[1]
-        if set(map(type, value.values)) == {wanted} and (wanted is bool or lo <= min(value.values) <= max(value.values) < hi):
+        values = value.values
+        if set(map(type, values)) == {wanted} and (wanted is bool or lo <= min(values) <= max(values) < hi):
             return  # the common case, settled at C speed
-        bad = [i for i, v in enumerate(value.values) if type(v) is not wanted or (wanted is int and not lo <= v < hi)]
+        bad = [i for i, v in enumerate(values) if type(v) is not wanted or (wanted is int and not lo <= v < hi)]
         shown = set(bad[:MAX_DIAGNOSTICS])  # no more would be shown
         self.not_shown += len(bad) - len(shown)
         for item in value.items(shown):

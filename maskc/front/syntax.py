@@ -345,7 +345,8 @@ def too_large(size: int, unit: str) -> Diagnostic:
                       f"{MAX_FILE_BYTES // 2**20} MiB a mask file may have", notes=(_RUNTIME_VALUES,))
 
 
-_RUNTIME_VALUES = "give long lists as runtime values instead (maskc run --param NAME=[...], or attention(q, k, v, NAME=...))"
+_RUNTIME_VALUES = ("give long lists as runtime values instead (maskc run --param NAME=[...], or "
+                   "attention(q, k, v, NAME=...))")
 
 
 _LARK_OPTIONS = {"parser": "lalr", "lexer": "basic", "propagate_positions": True, "maybe_placeholders": False}
@@ -698,7 +699,12 @@ def _balanced(operands: list[tuple[Expr, Span]], ops: list[str]) -> Expr:
 
     A sum is split in halves, each written relative to the sign of its first operand: `a - b - c + d` is
     `(a - b) - (c - d)`. A product balances each run of `*`, and applies `//` and `%` from the left, since they
-    do not associate. Each node spans its operands."""
+    do not associate: `a * b // c * d * e` is `(a * b) // c * (d * e)`. Each node spans its operands."""
+
+    def apply(op: str, lhs: tuple[Expr, Span], rhs: tuple[Expr, Span]) -> tuple[Expr, Span]:
+        span = lhs[1].merge(rhs[1])
+        return BinaryOp(op, lhs[0], rhs[0], span), span
+
     if ops[0] in "+-":
         signs = ["+", *ops]
 
@@ -706,24 +712,15 @@ def _balanced(operands: list[tuple[Expr, Span]], ops: list[str]) -> Expr:
             if hi - lo == 1:
                 return operands[lo]
             mid = (lo + hi) // 2
-            (lhs, lhs_span), (rhs, rhs_span) = grouped(lo, mid), grouped(mid, hi)
-            span = lhs_span.merge(rhs_span)
-            return BinaryOp("+" if signs[mid] == signs[lo] else "-", lhs, rhs, span), span
+            return apply("+" if signs[mid] == signs[lo] else "-", grouped(lo, mid), grouped(mid, hi))
 
         return grouped(0, len(operands))[0]
 
     def product(run: list[tuple[Expr, Span]]) -> tuple[Expr, Span]:
-        if len(run) == 1:
-            return run[0]
-        (lhs, lhs_span), (rhs, rhs_span) = product(run[: len(run) // 2]), product(run[len(run) // 2 :])
-        return BinaryOp("*", lhs, rhs, lhs_span.merge(rhs_span)), lhs_span.merge(rhs_span)
+        half = len(run) // 2
+        return run[0] if len(run) == 1 else apply("*", product(run[:half]), product(run[half:]))
 
-    def apply(op: str, lhs: tuple[Expr, Span], rhs: tuple[Expr, Span]) -> tuple[Expr, Span]:
-        span = lhs[1].merge(rhs[1])
-        return BinaryOp(op, lhs[0], rhs[0], span), span
-
-    # Runs of `*` between divisions: `a * b // c * d * e` is `(a * b) // c * (d * e)`.
-    runs: list[tuple[str, list[tuple[Expr, Span]]]] = [("", [operands[0]])]
+    runs: list[tuple[str, list[tuple[Expr, Span]]]] = [("", [operands[0]])]  # runs of `*`, after a division
     for op, operand in zip(ops, operands[1:]):
         if op == "*":
             runs[-1][1].append(operand)

@@ -51,7 +51,8 @@ def _reading_k(e: ir.Expr) -> set[int]:
     node would walk each subtree again."""
     out: set[int] = set()
     for node in reversed(list(ir.walk(e))):  # children before their parents
-        if (isinstance(node, (ir.Token, ir.Member)) and node.side == "k") or any(id(c) in out for c in ir.children(node)):
+        reads = isinstance(node, (ir.Token, ir.Member)) and node.side == "k"
+        if reads or any(id(c) in out for c in ir.children(node)):
             out.add(id(node))
     return out
 
