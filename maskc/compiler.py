@@ -15,7 +15,7 @@ import numpy as np
 from maskc import gcpause, ir
 from maskc.build import Artifact, compile_source
 from maskc.codegen import MaskCode, render_source
-from maskc.diagnostics import MaskError, Span, error, show_value
+from maskc.diagnostics import Diagnostic, MaskError, Span, error, show_value
 from maskc.front import read_file, read_program
 from maskc.ir.ranges import INT64, check_ranges
 from maskc.kernels import KernelOptions, kernel_name
@@ -198,6 +198,8 @@ def compile_program(program: ir.Program, options: KernelOptions = KernelOptions(
             source, code = render_source(program, options)
     except MaskError as exc:
         raise exc.with_source(program.source) if program.source else exc
+    except RecursionError:  # nesting the front end took, a few levels short of its own limit (calls nest deeper here)
+        raise MaskError(Diagnostic(Span.unknown(), "expressions are nested too deeply"), program.source) from None
     return CompiledMask(program, options, source, code)
 
 

@@ -3,10 +3,12 @@ operators, and the limits past which a file is refused at once, each tested just
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import random
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -172,6 +174,19 @@ def test_an_or_of_20000_comparisons_checks_in_seconds(tmp_path):
     result = CliRunner().invoke(cli.cli, ["check", str(path)], prog_name="maskc")
     assert result.exit_code == 0, result.output[-2000:]
     assert time.perf_counter() - start < 10
+
+
+def test_nesting_a_later_stage_cannot_take_is_the_clear_error_too():
+    """The front end refuses nesting deeper than it can take; the passes recurse a little deeper per level, and
+    a few levels short of the front end's limit they used to fail with an internal error (exit code 3)."""
+    program = read_program(HEADER + "    S -> S where " + "(" * 150 + "q" + " + 1)" * 150 + " < k\n")
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(len(inspect.stack()) + 200)  # room for the front end's 150 levels, not the passes'
+    try:
+        text = error_text(compile_program, program)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert "error: expressions are nested too deeply" in text
 
 
 # ---- limits: just below passes, just above is refused with a message that names the limit
