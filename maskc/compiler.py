@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from maskc import ir
+from maskc import gcpause, ir
 from maskc.build import Artifact, compile_source
 from maskc.codegen import MaskCode, render_source
-from maskc.diagnostics import MaskError, ValueProblem, error, show_value
+from maskc.diagnostics import Diagnostic, MaskError, Span, ValueProblem, error, show_value
 from maskc.front import read_file, read_program
 from maskc.ir.ranges import INT64, check_ranges
 from maskc.kernels import KernelOptions, kernel_name
@@ -32,6 +32,10 @@ from maskc.plan.planner import Descriptor, KernelTables, TileConfig, kernel_tabl
 from maskc.plan.tiling import Tiling, tiling_for
 
 PLAN_CACHE_SIZE = 64
+# The largest predicates (IR nodes in all the rules, after the passes) a kernel is built for. NVRTC's time and
+# memory grow with the mask code, which the kernel evaluates per element of a partial tile: 1,000 `or` terms
+# (5,000 nodes) build in 12 s, 3,200 in 90 s and 1.3 GB; 20,000 were past 11 GB and 9 minutes when stopped.
+MAX_KERNEL_NODES = 4096
 
 
 def bind_consts(program: ir.Program, given: dict[str, object]) -> ir.Program:
@@ -92,6 +96,13 @@ class CompiledMask:
     def build(self, emit: str = "cubin", direction: str | None = None) -> Artifact:
         """The file built with NVRTC: every kernel in it, or one direction's (`fwd` or `bwd`) -- a process
         that only runs the forward never waits for the backward kernels to compile."""
+        sizes = [sum(1 for _ in ir.walk(r.pred)) for r in self.program.regions]
+        if sum(sizes) > MAX_KERNEL_NODES:
+            largest = self.program.regions[sizes.index(max(sizes))]
+            raise error(largest.span, f"this mask is too large to build into a kernel: its rules have {sum(sizes):,} "
+                        f"operations and operands after the passes, more than {MAX_KERNEL_NODES:,}",
+                        "maskc check, maskc explain and maskc compile --emit cu still take it"
+                        ).with_source(self.program.source)
         only = {None: (), "fwd": ("-DMASKC_FORWARD_ONLY",), "bwd": ("-DMASKC_BACKWARD_ONLY",)}[direction]
         suffix = f".{direction}" if direction else ""
         return compile_source(self.source, self.options.arch, name=f"{self.name}{suffix}.cu", emit=emit,
@@ -184,11 +195,14 @@ def compile_program(program: ir.Program, options: KernelOptions = KernelOptions(
     """Optimise, check and generate code for a parsed program."""
     try:
         program = bind_consts(program, dict(consts or {}))
-        program = run_pipeline(program, observe=observe)
-        check_ranges(program)
-        source, code = render_source(program, options)
+        with gcpause.paused():
+            program = run_pipeline(program, observe=observe)
+            check_ranges(program)
+            source, code = render_source(program, options)
     except MaskError as exc:
         raise exc.with_source(program.source) if program.source else exc
+    except RecursionError:  # nesting the front end took, a few levels short of its own limit (calls nest deeper here)
+        raise MaskError(Diagnostic(Span.unknown(), "expressions are nested too deeply"), program.source) from None
     return CompiledMask(program, options, source, code)
 
 

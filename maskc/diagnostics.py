@@ -7,6 +7,7 @@ source line and a caret, the format compilers and editors understand.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 
@@ -42,8 +43,13 @@ class Source:
     text: str
 
     def line_text(self, line: int) -> str:
-        lines = self.text.split("\n")  # the parser counts only \n as a line break
+        lines = _lines(self.text)
         return lines[line - 1] if 1 <= line <= len(lines) else ""
+
+
+@functools.lru_cache(maxsize=1)  # the messages about one file all read its lines
+def _lines(text: str) -> list[str]:
+    return text.split("\n")  # the parser counts only \n as a line break
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +72,30 @@ class Diagnostic:
                 # Carets cover the span on its first line (at least one character).
                 end = self.span.end_col if self.span.end_line == self.span.line else len(text) + 1
                 width = max(1, min(end, len(text) + 1) - self.span.col)
+                text, col, width = _excerpt(text, self.span.col, width)
                 gutter = f"{self.span.line:>4} | "
                 out.append(gutter + text)
-                out.append(" " * (len(gutter) - 2) + "| " + " " * (self.span.col - 1) + "^" * width)
+                out.append(" " * (len(gutter) - 2) + "| " + " " * (col - 1) + "^" * width)
         out.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(out)
+
+
+MAX_SHOWN_LINE = 160  # characters of a source line under a message; a longer line is shown around the caret
+
+
+def _excerpt(text: str, col: int, width: int) -> tuple[str, int, int]:
+    """The part of a long source line (a list of a million numbers) to show: from a little before the caret,
+    `...` marking what is left out. Returns the text, the caret's column in it and the caret's width."""
+    if len(text) <= MAX_SHOWN_LINE:
+        return text, col, width
+    start = max(0, min(col - 1 - 40, len(text) - MAX_SHOWN_LINE))
+    shown = text[start : start + MAX_SHOWN_LINE]
+    col -= start
+    if start > 0:
+        shown, col = "..." + shown, col + 3
+    if start + MAX_SHOWN_LINE < len(text):
+        shown += "..."
+    return shown, col, max(1, min(width, len(shown) + 1 - col))
 
 
 class MaskError(Exception):

@@ -171,6 +171,21 @@ def test_an_operand_wider_than_the_result_is_not_narrowed_first(rule, consts, w,
     host_mask.check_generated_code(c, [{"n": 48, "w": w}, {"n": 7, "w": -(2**31)}], host_dir)
 
 
+@needs_cxx
+@pytest.mark.parametrize("rule", [
+    "S -> S   where " + " or ".join(f"q - k == {3 * i} + w" for i in range(20)),
+    "S -> S   where " + " and ".join(f"(q + {i}) % 23 != k % 17" for i in range(20)),
+    "S -> S   where q - k < " + " - ".join(["w"] + [str(i % 3) for i in range(40)]) + " + 60",
+    "S -> S   where k < min(" + ", ".join(f"q + w * {i % 5}" for i in range(30)) + ")",
+])
+def test_long_chains_are_balanced_and_evaluate_every_operand(rule, host_dir):
+    """A chain of more than 16 operands is a balanced tree, and a long `and` or `or` uses & and | (NVRTC's time
+    grows with the square of the branches && and || make): the same mask."""
+    c = compile_text(WIDE_OPERANDS + f"    {rule}\n")
+    assert (") | (" in c.source) == (" or " in rule) and (") & (" in c.source) == (" and " in rule)
+    host_mask.check_generated_code(c, [{"n": 48, "w": 2}, {"n": 30, "w": -1}], host_dir)
+
+
 def test_hopper_pipeline_depth_is_an_option_checked_against_shared_memory():
     options = KernelOptions(arch="sm_90a", kv_stages=3)
     assert options.family.q_stages(options) == 1  # three K/V stages leave room for one Q tile at hd 128

@@ -64,7 +64,9 @@ def nested_too_deeply_at(text: str, rule: str) -> int:
     the line under it and one caret."""
     head, excerpt, carets = text.splitlines()
     col = int(re.fullmatch(r"<mask>:5:(\d+): error: expressions are nested too deeply", head)[1])
-    assert excerpt == "   5 |     " + rule and carets == "     | " + " " * (col - 1) + "^"
+    assert excerpt.startswith("   5 | ") and carets.startswith("     | ") and carets.count("^") == 1
+    if "..." not in excerpt:  # a long line is shown as a window around the caret
+        assert excerpt == "   5 |     " + rule and carets == "     | " + " " * (col - 1) + "^"
     return col
 
 

@@ -19,6 +19,7 @@ from maskc.front.syntax import (
     SingleSegment,
     Subscript,
     UnaryOp,
+    ValueList,
     parse,
 )
 from maskc.resources import resource_dir
@@ -125,6 +126,8 @@ def test_every_section_and_definition():
 def strip_literal(value):
     if isinstance(value, ListLit):
         return [strip_literal(item) for item in value.items]
+    if isinstance(value, ValueList):
+        return list(value.values)
     return value.value
 
 

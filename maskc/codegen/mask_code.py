@@ -99,15 +99,6 @@ class MaskCode:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _deps(e: ir.Expr) -> frozenset[str]:
-    """Which tokens an expression depends on: {} (the sequence), {'q'}, {'k'} or both."""
-    out = set()
-    for node in ir.walk(e):
-        if isinstance(node, (ir.Token, ir.Member)):
-            out.add(node.side)
-    return frozenset(out)
-
-
 def _is_truth_op(e: ir.Expr) -> bool:
     """A comparison, a connective or ancestor(): a C bool whatever its operands are."""
     o = ir.operation(e)
@@ -122,6 +113,23 @@ class _Builder:
         self.row_hoisted: dict[tuple, str] = {}
         self.col_hoisted: dict[tuple, str] = {}
         self.token_fields = self.code.token_fields
+        # By node identity (the program holds every node): `render` asks at each node about the tree below it.
+        self.deps_memo: dict[int, frozenset[str]] = {}
+        self.range_memo: dict[int, dict[int, Range]] = {}  # per region
+
+    def deps(self, e: ir.Expr) -> frozenset[str]:
+        """Which tokens an expression depends on: {} (the sequence), {'q'}, {'k'} or both."""
+        hit = self.deps_memo.get(id(e))
+        if hit is None:
+            if isinstance(e, (ir.Token, ir.Member)):
+                hit = frozenset({e.side})
+            else:
+                hit = frozenset().union(*(self.deps(c) for c in ir.children(e)))
+            self.deps_memo[id(e)] = hit
+        return hit
+
+    def range(self, e: ir.Expr, region: ir.Region) -> Range:
+        return static_range(e, self.program, region, self.range_memo.setdefault(id(region), {}))
 
     def is_bool(self, e: ir.Expr) -> bool:
         if _is_truth_op(e):
@@ -141,7 +149,7 @@ class _Builder:
             if sv.expr == e:
                 break
         else:
-            ctype = "int" if self.is_bool(e) else static_range(e, self.program, region).ctype
+            ctype = "int" if self.is_bool(e) else self.range(e, region).ctype
             self.code.seq_values.append(SeqValue(e, ctype, self.is_bool(e)))
             i = len(self.code.seq_values) - 1
         return f"(s.v{i} != 0)" if self.code.seq_values[i].is_bool else f"s.v{i}"
@@ -157,14 +165,14 @@ class _Builder:
 
     def render(self, e: ir.Expr, r: int, region: ir.Region, where: str) -> tuple[str, str]:
         """C code and C type of `e` inside `where` ('row', 'col' or 'elem'); hoists what it can."""
-        deps = _deps(e)
+        deps = self.deps(e)
         if isinstance(e, ir.Const):
             if isinstance(e.value, bool):
                 return ("true" if e.value else "false"), "bool"
             rng = Range(int(e.value), int(e.value))
             return (f"{e.value}" if rng.fits_int32 else f"{e.value}LL"), rng.ctype
         if not deps:
-            return self.seq_value(e, region), ("bool" if self.is_bool(e) else static_range(e, self.program, region).ctype)
+            return self.seq_value(e, region), ("bool" if self.is_bool(e) else self.range(e, region).ctype)
         if where == "elem" and len(deps) == 1 and not isinstance(e, (ir.Token, ir.Member)):
             return self.hoist(e, r, region, next(iter(deps)))
         if isinstance(e, ir.Token):
@@ -190,7 +198,7 @@ class _Builder:
         table = self.row_hoisted if side == "q" else self.col_hoisted
         fields = self.code.row_fields if side == "q" else self.code.col_fields
         key = (e,)
-        ctype = "bool" if self.is_bool(e) else static_range(e, self.program, region).ctype
+        ctype = "bool" if self.is_bool(e) else self.range(e, region).ctype
         if key not in table:
             code, _ = self.render(e, r, region, "row" if side == "q" else "col")
             name = f"h{len(fields)}"
@@ -209,7 +217,7 @@ class _Builder:
                 rendered = [(_cast(a, ta, t), t) for a, ta in rendered]
             return spell(o.op.c, [a for a, _ in rendered]), "bool"
         if o is not None:
-            t = static_range(e, self.program, region).ctype
+            t = self.range(e, region).ctype
             rendered = [sub(a) for a in o.args]
             # The operation runs in a type that holds every operand as well as the result: a result may fit
             # 32 bits where an operand does not (`min(q + w, 100)`, `max(start, q - w)`, `(q + w) % 7`), and
@@ -218,12 +226,12 @@ class _Builder:
             operands = [_cast(a, ta, wide) for a, ta in rendered] + [str(c) for c in o.consts]
             template = o.op.c
             # C's division truncates: it agrees with flooring for a non-negative dividend and a positive divisor.
-            if o.op.c_truncating and static_range(o.args[0], self.program, region).lo >= 0 \
-                    and static_range(o.args[1], self.program, region).lo > 0:
+            if o.op.c_truncating and self.range(o.args[0], region).lo >= 0 \
+                    and self.range(o.args[1], region).lo > 0:
                 template = o.op.c_truncating
             return _cast(spell(template, operands), wide, t), t
         if isinstance(e, ir.Index):
-            t = static_range(e, self.program, region).ctype
+            t = self.range(e, region).ctype
             slot = self.array(e.array)
             idx = [_cast(*sub(i), "long long") for i in e.indices]
             if len(idx) == 1:
@@ -242,7 +250,11 @@ class _Builder:
             return f"({self.render_op(e, r, region, where)[0]} != 0)"
         o = ir.operation(e)
         if o is not None and o.op.operands == BOOL:  # a connective: its operands as C bools
-            return spell(o.op.c, [self.render_bool(a, r, region, where) for a in o.args])
+            operands = [self.render_bool(a, r, region, where) for a in o.args]
+            # A long chain evaluates every operand (& |, not && ||): NVRTC's time grows with the square of the
+            # branches a short-circuit makes (1,000 `or` terms: 53 s, 12 s without). Any operand is safe to
+            # evaluate: a read outside a list gives 0 and the planner refuses a zero divisor.
+            return spell(o.op.c_eager if len(operands) > ir.SHORT_CHAIN else o.op.c, operands)
         code, ctype = self.render(e, r, region, where)
         return code if ctype == "bool" else f"({code} != 0)"
 
@@ -264,11 +276,14 @@ class _Builder:
                 terms.append(test)
                 setattr(self.code, "lookup_q" if side == "q" else "lookup_k", True)
         for c in ir.conjuncts(region.pred):
-            deps = _deps(c)
+            deps = self.deps(c)
             where = "elem" if deps == {"q", "k"} else "col" if deps == {"k"} else "row"
             target = {"row": row_terms, "col": col_terms, "elem": elem_terms}[where]
             target.append(self.render_bool(c, r, region, where))
-        join = lambda ts: " && ".join(ts) if ts else "true"  # noqa: E731
+
+        def join(ts: list[str]) -> str:  # a long conjunction evaluates every term (render_bool says why)
+            return (" & " if len(ts) > ir.SHORT_CHAIN else " && ").join(ts) if ts else "true"
+
         return RegionCode(r, region.rule or ir.show(region.pred), join(row_terms), join(col_terms), join(elem_terms))
 
 

@@ -12,7 +12,7 @@ from maskc import ir
 from maskc.diagnostics import Diagnostic, MaskError, Source, Span, nested_too_deeply
 from maskc.front.check import check
 from maskc.front.lower import lower
-from maskc.front.syntax import parse
+from maskc.front.syntax import MAX_FILE_BYTES, parse, too_large
 
 
 def read_program(text: str, path: str = "<mask>") -> ir.Program:
@@ -31,10 +31,13 @@ def read_file(path: str | os.PathLike) -> ir.Program:
     name = os.fspath(path)
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            data = f.read(MAX_FILE_BYTES + 1)  # no more: a larger file is refused unread
+            size = max(len(data), os.fstat(f.fileno()).st_size)
     except OSError as e:
         message = f"cannot read {name}: {e.strerror or e}"
         raise MaskError(Diagnostic(Span.unknown(), message), Source(name, "")) from None
+    if size > MAX_FILE_BYTES:
+        raise MaskError(too_large(size, "bytes"), Source(name, ""))
     try:
         text = data.decode("utf-8-sig")  # an editor's byte-order mark is not part of the mask
     except UnicodeDecodeError as e:

@@ -8,7 +8,7 @@ does not add up to `n`, a zero divisor) are left to the planner, which knows the
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from maskc.diagnostics import Diagnostic, MaskError, Source, Span
 from maskc.front.syntax import (
@@ -37,6 +37,7 @@ from maskc.front.syntax import (
     SingleSegment,
     Subscript,
     UnaryOp,
+    ValueList,
     subexpressions,
 )
 from maskc.ir import ParamType
@@ -47,6 +48,8 @@ BOOL = ParamType("bool")
 INT_LIST = ParamType("int", 1)
 
 MAX_SEGMENT_NAMES = 32
+MAX_RULES = 1024  # as written (every ordered pair of 32 segments); at most 31 remain once merged (codegen)
+MAX_DIAGNOSTICS = 100  # reported at once; the last one says how many more there are
 MAX_LIST_DEPTH = 2
 TOKENS = {"q": "query", "k": "key"}
 TOKEN_ATTRIBUTES = ("pos", "t", "y", "x")
@@ -65,9 +68,15 @@ CONST_INT_RANGE = (INT64_MIN, INT64_MAX + 1, "64 bits")
 
 def check(ast: MaskFile, source: Source) -> None:
     """Raise one `MaskError` listing every problem in `ast`, in source order; return if there is none."""
-    diagnostics = _Checker(ast).run()
+    checker = _Checker(ast)
+    diagnostics = sorted(checker.run(), key=lambda d: (d.span.line, d.span.col))
+    not_shown = checker.not_shown + max(0, len(diagnostics) - MAX_DIAGNOSTICS)
+    if not_shown:  # a list of a million bad numbers is not a million messages
+        last = diagnostics[MAX_DIAGNOSTICS - 1]
+        note = f"{not_shown} more error{'s' if not_shown > 1 else ''} not shown"
+        diagnostics[MAX_DIAGNOSTICS - 1:] = [replace(last, notes=(*last.notes, note))]
     if diagnostics:
-        raise MaskError(sorted(diagnostics, key=lambda d: (d.span.line, d.span.col)), source)
+        raise MaskError(diagnostics, source)
 
 
 def fold_constant(e: Expr) -> int | None:
@@ -134,6 +143,10 @@ def _item_text(item: AllSegments | SegmentRef) -> str:
     return item.name.text + (f"[{item.index.text}]" if item.index else "")
 
 
+def _length(value: ListLit | ValueList) -> int:
+    return len(value.values) if isinstance(value, ValueList) else len(value.items)
+
+
 def _side_text(side: Side) -> str:
     return "|".join(_item_text(item) for item in side.items)
 
@@ -142,6 +155,7 @@ class _Checker:
     def __init__(self, ast: MaskFile):
         self.ast = ast
         self.diagnostics: list[Diagnostic] = []
+        self.not_shown = 0  # problems found but not reported (check_values)
         self.params: dict[str, ParamDef] = {}
         self.segments: dict[str, SegmentDef] = {}
         # Every name used as an index variable anywhere, to tell "unbound here" from "unknown".
@@ -162,6 +176,9 @@ class _Checker:
             self.check_local_name(name)
         for rule in self.ast.rules:
             self.check_rule(rule)
+        if len(self.ast.rules) > MAX_RULES:
+            self.report(self.ast.rules[MAX_RULES].span, f"too many rules: a mask has at most {MAX_RULES:,} rules",
+                        "the passes merge rules with the same predicate; at most 31 may remain")
         for line in self.ast.batch:
             self.check_batch_line(line)
         return self.diagnostics
@@ -206,17 +223,34 @@ class _Checker:
                 self.report(value.span, f"{value.value} is out of range for {subject}: it must lie in {value_range[2]}")
             return
         element = ParamType(expected.elem, expected.depth - 1)
+        if isinstance(value, ValueList):
+            self.check_values(value, element, subject, value_range)
+            return
         for item in value.items:
             self.check_literal(item, element, subject, value_range)
-        rows = [item for item in value.items if isinstance(item, ListLit)]
+        rows = [(item, _length(item)) for item in value.items if isinstance(item, (ListLit, ValueList))]
         if element.depth == 1 and rows:
-            width = len(rows[0].items)
-            for row in rows[1:]:
-                if len(row.items) != width:
+            width = rows[0][1]
+            for row, length in rows[1:]:
+                if length != width:
                     self.report(
                         row.span,
-                        f"the rows of {subject} differ in length: this one has {len(row.items)}, the first {width}",
+                        f"the rows of {subject} differ in length: this one has {length}, the first {width}",
                     )
+
+    def check_values(self, value: ValueList, element: ParamType, subject: str, value_range) -> None:
+        """The elements of a list written flat, as `check_literal` checks those of a `ListLit`. The bad ones are
+        found among the plain values; only they become literals (with their positions) for the messages."""
+        wanted = {INT: int, BOOL: bool}.get(element)
+        lo, hi = value_range[0], value_range[1]
+        values = value.values
+        if set(map(type, values)) == {wanted} and (wanted is bool or lo <= min(values) <= max(values) < hi):
+            return  # the common case, settled at C speed
+        bad = [i for i, v in enumerate(values) if type(v) is not wanted or (wanted is int and not lo <= v < hi)]
+        shown = set(bad[:MAX_DIAGNOSTICS])  # no more would be shown
+        self.not_shown += len(bad) - len(shown)
+        for item in value.items(shown):
+            self.check_literal(item, element, subject, value_range)
 
     # ---- segments
 

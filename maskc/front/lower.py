@@ -9,8 +9,6 @@ span of the text it comes from. `lower` trusts `check`: it is only called on a f
 
 from __future__ import annotations
 
-from functools import reduce
-
 from maskc import ir
 from maskc.diagnostics import Source, Span
 from maskc.front.check import fold_constant, lists_indexed_by
@@ -35,6 +33,7 @@ from maskc.front.syntax import (
     SingleSegment,
     Subscript,
     UnaryOp,
+    ValueList,
 )
 from maskc.ir.ops import CALLS, INFIX, PREFIX
 
@@ -59,6 +58,8 @@ def lower(ast: MaskFile, source: Source) -> ir.Program:
 def _value(literal: Literal) -> int | bool | tuple:
     if isinstance(literal, ListLit):
         return tuple(_value(item) for item in literal.items)
+    if isinstance(literal, ValueList):
+        return literal.values
     return literal.value
 
 
@@ -180,5 +181,5 @@ def _call(e: Call, index_vars: IndexVars) -> ir.Expr:
     op = CALLS[func]
     if op.arity == 1:
         return ir.Unary(op.name, args[0], span=span)
-    # An associative operator of several arguments, folded from the left: min(a, b, c) = min(min(a, b), c)
-    return reduce(lambda acc, arg: ir.Binary(op.name, acc, arg, span=span), args)
+    # An associative operator of several arguments: min(a, b, c) = min(min(a, b), c)
+    return ir.fold(op.name, args, span)

@@ -13,16 +13,25 @@ import functools
 import hashlib
 import io
 import re
+import sys
 from dataclasses import dataclass
-from typing import Iterator, Union
+from typing import Container, Iterator, Union
 
 import lark
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
-from maskc import __version__
+from maskc import __version__, gcpause
 from maskc.cache import cache_dir, read_entry, write_entry
-from maskc.diagnostics import MaskError, Source, Span, error, nested_too_deeply
+from maskc.diagnostics import Diagnostic, MaskError, Source, Span, error, nested_too_deeply
+from maskc.ir import SHORT_CHAIN
 from maskc.resources import resource_dir
+
+# What the front end reads at most (docs/language.md, Limits). Past a limit a file is refused at once, with a
+# message that names it, before the work that would grow with it: parsing costs some 20 us a token, and each
+# later stage some more per expression node.
+MAX_FILE_BYTES = 16 * 2**20
+MAX_TOKENS = 200_000  # names, numbers, symbols and line ends; a list of numbers or bools written out is one
+MAX_NODES = 200_000  # expression nodes in all, a `let` name counted as its expression wherever it is used
 
 KEYWORDS = frozenset(
     "mask segments rules batch where full causal diag grid and or not true false const int bool let in".split()
@@ -62,7 +71,41 @@ class ListLit:
     span: Span
 
 
-Literal = Union[IntLit, BoolLit, ListLit]
+@dataclass(frozen=True, slots=True)
+class ValueList:
+    """A list of numbers and bools written out flat, `[1, -2, 3]` (two or more elements; grammar/mask.lark,
+    VALUES). It means what the `ListLit` of the same text means, but the lexer reads it as one token and it
+    keeps its elements as plain values: a default of a million numbers costs a tuple of a million ints, not
+    a million nodes and two million tokens. `items()` makes the literals, with their positions, when a
+    message needs them."""
+
+    values: tuple[int | bool, ...]
+    text: str  # as written, from '[' to ']'
+    span: Span
+
+    def items(self, wanted: Container[int] | None = None) -> Iterator[IntLit | BoolLit]:
+        """The elements (those at the indices `wanted`, or all) as `list_literal` reads them: the same literals,
+        and the same errors at the same places."""
+        line, line_start = self.span.line, -(self.span.col - 1)  # the offset in `text` of the line's column 1
+        scanned = 0
+        for i, m in enumerate(_ELEMENT.finditer(self.text)):
+            if wanted is not None and i not in wanted:
+                continue
+            breaks = self.text.count("\n", scanned, m.start())
+            if breaks:
+                line += breaks
+                line_start = self.text.rindex("\n", scanned, m.start()) + 1
+            scanned = m.start()
+            word = m.group()
+            span = Span(line, m.start() - line_start + 1, line, m.end() - line_start + 1)
+            if word in _BOOLS:
+                yield BoolLit(_BOOLS[word], span)
+            else:
+                negative = word.startswith("-")
+                yield _integer(word[1:] if negative else word, span, negative)
+
+
+Literal = Union[IntLit, BoolLit, ListLit, ValueList]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,24 +169,43 @@ class BoolOp:
 Expr = Union[IntLit, BoolLit, Name, Attribute, Call, Subscript, UnaryOp, BinaryOp, Comparison, BoolOp]
 
 
-def subexpressions(e: Expr) -> Iterator[Expr]:
-    """`e` and every expression inside it, parents first. The list named by a `Subscript` is not an
-    expression of its own and is not visited; a list passed to `len`, `sum` or `ancestor` is."""
-    yield e
+def children(e: Expr) -> tuple[Expr, ...]:
+    """The expressions directly inside `e`. The list named by a `Subscript` is not an expression of its own;
+    a list passed to `len`, `sum` or `ancestor` is."""
     if isinstance(e, (Call, BoolOp)):
-        inner: tuple[Expr, ...] = e.args
-    elif isinstance(e, Subscript):
-        inner = e.indices
-    elif isinstance(e, UnaryOp):
-        inner = (e.arg,)
-    elif isinstance(e, BinaryOp):
-        inner = (e.lhs, e.rhs)
-    elif isinstance(e, Comparison):
-        inner = e.operands
-    else:
-        inner = ()
-    for child in inner:
-        yield from subexpressions(child)
+        return e.args
+    if isinstance(e, Subscript):
+        return e.indices
+    if isinstance(e, UnaryOp):
+        return (e.arg,)
+    if isinstance(e, BinaryOp):
+        return (e.lhs, e.rhs)
+    if isinstance(e, Comparison):
+        return e.operands
+    return ()
+
+
+def subexpressions(e: Expr) -> Iterator[Expr]:
+    """`e` and every expression inside it, parents first."""
+    stack = [e]  # a loop, not a recursion: see ir.walk
+    while stack:
+        e = stack.pop()
+        yield e
+        stack.extend(reversed(children(e)))
+
+
+def tree_size(e: Expr) -> int:
+    """The nodes of `e` written out as a tree. A `let` makes every use of a name share its expression, which the
+    later stages copy, so each use counts; the count visits each shared subtree once, so it costs the shared size."""
+    sizes: dict[int, int] = {}
+
+    def size(x: Expr) -> int:
+        n = sizes.get(id(x))
+        if n is None:
+            n = sizes[id(x)] = 1 + sum(map(size, children(x)))
+        return n
+
+    return size(e)
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,16 +321,32 @@ class MaskFile:
 def parse(text: str, path: str = "<mask>") -> MaskFile:
     """The AST of a `.mask` file; a syntax error raises `MaskError`, reported under `path`."""
     source = Source(path, text)
+    if len(text) > MAX_FILE_BYTES:
+        raise MaskError(too_large(len(text), "characters"), source)
     try:
-        tree = _parser().parse(text)
+        with gcpause.paused():
+            tree = _parser().parse(text)
     except UnexpectedInput as e:
         raise _syntax_error(e, text).with_source(source) from None
+    except MaskError as e:  # too many tokens (_LineBreaks)
+        raise e.with_source(source) from None
     try:
-        return _Builder().build(tree)
+        with gcpause.paused():
+            return _Builder().build(tree)
     except MaskError as e:
         raise e.with_source(source) from None
     except RecursionError as e:
         raise nested_too_deeply(e, source) from None
+
+
+def too_large(size: int, unit: str) -> Diagnostic:
+    """The message for a file over MAX_FILE_BYTES (`size` is in `unit`, bytes or characters)."""
+    return Diagnostic(Span.unknown(), f"this file is too large: {size:,} {unit}, more than the "
+                      f"{MAX_FILE_BYTES // 2**20} MiB a mask file may have", notes=(_RUNTIME_VALUES,))
+
+
+_RUNTIME_VALUES = ("give long lists as runtime values instead (maskc run --param NAME=[...], or "
+                   "attention(q, k, v, NAME=...))")
 
 
 _LARK_OPTIONS = {"parser": "lalr", "lexer": "basic", "propagate_positions": True, "maybe_placeholders": False}
@@ -280,6 +358,8 @@ def _parser() -> lark.Lark:
     parse. The entry is named by what the tables depend on and checked against its sha256 (maskc.cache),
     so a stale or damaged file is never loaded."""
     grammar = (resource_dir("grammar") / "mask.lark").read_text(encoding="utf-8")
+    if sys.version_info < (3, 11):  # possessive repeats (VALUES) are Python 3.11's: a plain one matches the same
+        grammar = grammar.replace(")++", ")+")  # lists, with a backtracking stack as long as the list
     key = hashlib.sha256("\0".join([__version__, lark.__version__, repr(_LARK_OPTIONS), grammar]).encode())
     entry = cache_dir() / "front" / f"{key.hexdigest()}.lark"
     saved = read_entry(entry)
@@ -310,7 +390,12 @@ class _LineBreaks:
         depth = 0
         last = None
         newline_pending = False
-        for token in stream:
+        for count, token in enumerate(stream, 1):
+            if count > MAX_TOKENS:
+                raise error(Span(token.line, token.column, token.end_line, token.end_column),
+                            f"this file is too long: a mask has at most {MAX_TOKENS:,} tokens (names, numbers, "
+                            "symbols and line ends)", "a list of numbers or bools written out counts as one token",
+                            _RUNTIME_VALUES)
             if token.type == "_NL":
                 newline_pending = newline_pending or (depth == 0 and last is not None)
                 continue
@@ -357,6 +442,8 @@ def _name(token: lark.Token) -> Name:
 
 
 _INTEGER = re.compile(r"[0-9]+(_[0-9]+)*")
+_ELEMENT = re.compile(r"-?[A-Za-z0-9_]+")  # an element of a VALUES token: a number, maybe negative, true or false
+_BOOLS = {"true": True, "false": False}
 
 
 def _integer(token: lark.Token, span: Span, negative: bool = False) -> IntLit:
@@ -369,11 +456,64 @@ def _integer(token: lark.Token, span: Span, negative: bool = False) -> IntLit:
     return IntLit(value, span)
 
 
+def _value_list(token: lark.Token, span: Span) -> ValueList:
+    """A VALUES token as a `ValueList`, without a node per element. A bad element (a malformed number, one
+    outside 64 bits) is found among the plain values, then made a literal, which reports it where it is."""
+    text = str(token)
+    inner = text[1:-1].rstrip()
+    inner = inner[:-1] if inner.endswith(",") else inner  # a trailing comma
+    values = _plain_values(inner)
+    if len(values) == inner.count(",") + 1 and INT64_MIN <= min(values) and max(values) <= INT64_MAX:
+        return ValueList(tuple(values), text, span)
+    bad = next((i for i, v in enumerate(values) if not INT64_MIN <= v <= INT64_MAX), len(values))
+    next(ValueList((), text, span).items({bad}))  # raises the MaskError of that element
+    raise AssertionError(f"element {bad} of a list is not bad after all")
+
+
+def _plain_values(inner: str) -> list[int | bool]:
+    """The elements of a VALUES token, up to the first that is not a number, `true` or `false`. int() takes the
+    whitespace around a number and '_' between its digits, as `_INTEGER` does."""
+    values: list[int | bool] = []
+    try:
+        for parts in _pieces(inner):
+            values.extend(map(int, parts))  # the common case, at C speed
+        return values
+    except ValueError:  # bools, or a malformed number: element by element
+        values = []
+    try:
+        for parts in _pieces(inner):
+            for part in map(str.strip, parts):
+                values.append(_BOOLS[part] if part in _BOOLS else int(part))
+    except ValueError:
+        pass
+    return values
+
+
+def _pieces(inner: str, size: int = 1 << 16) -> Iterator[list[str]]:
+    """`inner.split(",")`, a piece at a time: a million strings at once would be most of what a long list costs."""
+    start = 0
+    while start <= len(inner):
+        end = inner.find(",", start + size)
+        end = len(inner) if end < 0 else end
+        yield inner[start:end].split(",")
+        start = end + 1
+
+
 class _Builder:
     """Walks Lark's parse tree into the AST. One method per rule (or alias) of the grammar."""
 
     def __init__(self):
         self.local_names: list[Name] = []
+        self.nodes = 0  # in the expressions built so far, against MAX_NODES
+
+    def expression(self, tree) -> Expr:
+        """A whole expression (a length, a member count, a grid dimension, a predicate), counted."""
+        e = self.build(tree)
+        self.nodes += tree_size(e)
+        if self.nodes > MAX_NODES:
+            raise error(e.span, f"the expressions of this mask are too large: more than {MAX_NODES:,} nodes in all",
+                        "a local name (let) counts as its expression wherever it is used")
+        return e
 
     def build(self, tree: lark.Tree):
         return getattr(self, tree.data)(tree)
@@ -430,26 +570,30 @@ class _Builder:
     def list_literal(self, tree):
         return ListLit(self.build_all(tree.children), _span(tree))
 
+    def value_list(self, tree):
+        return _value_list(tree.children[0], _span(tree))
+
     def single_segment(self, tree):
         name, length = tree.children
-        return SingleSegment(_name(name), self.build(length), _span(tree))
+        return SingleSegment(_name(name), self.expression(length), _span(tree))
 
     def family_segment(self, tree):
         name, index, length = tree.children
-        return FamilySegment(_name(name), _name(index), None, self.build(length), _span(tree))
+        return FamilySegment(_name(name), _name(index), None, self.expression(length), _span(tree))
 
     def counted_family_segment(self, tree):
         name, index, _less_than, count, length = tree.children
-        return FamilySegment(_name(name), _name(index), self.build(count), self.build(length), _span(tree))
+        return FamilySegment(_name(name), _name(index), self.expression(count), self.expression(length),
+                             _span(tree))
 
     def grid_segment(self, tree):
         name, *dims = tree.children
-        return GridSegment(_name(name), self.build_all(dims), _span(tree))
+        return GridSegment(_name(name), tuple(map(self.expression, dims)), _span(tree))
 
     def rule(self, tree):
         q, k, *rest = tree.children
         shape = next((_name(t.children[0]) for t in rest if t.data == "shape"), None)
-        where = next((self.build(t.children[0]) for t in rest if t.data == "where"), None)
+        where = next((self.expression(t.children[0]) for t in rest if t.data == "where"), None)
         return Rule(self.build(q), self.build(k), shape, where, _span(tree))
 
     def side(self, tree):
@@ -494,12 +638,17 @@ class _Builder:
         return self._left_associative(tree)
 
     def _left_associative(self, tree):
-        """`a - b + c` is `(a - b) + c`; each node spans its own operands."""
-        first, *rest = tree.children
-        result, span = self.build(first), _operand_span(first)
-        for op, operand in zip(rest[0::2], rest[1::2]):
-            span = span.merge(_operand_span(operand))
-            result = BinaryOp(str(op), result, self.build(operand), span)
+        """`a - b + c` is `(a - b) + c`; each node spans its own operands. A chain longer than `SHORT_CHAIN`
+        is grouped as a balanced tree instead, with the same value (see `_balanced`), so that its depth -- and
+        every recursion over it, in each stage -- is logarithmic in its length."""
+        operands = [(self.build(x), _operand_span(x)) for x in tree.children[0::2]]
+        ops = [str(op) for op in tree.children[1::2]]
+        if len(operands) > SHORT_CHAIN:
+            return _balanced(operands, ops)
+        result, span = operands[0]
+        for op, (operand, operand_span) in zip(ops, operands[1:]):
+            span = span.merge(operand_span)
+            result = BinaryOp(op, result, operand, span)
         return result
 
     def negate(self, tree):
@@ -537,7 +686,52 @@ class _Builder:
             name, value = binding.children
             self.local_names.append(_name(name))
             env[str(name)] = substitute(self.build(value), env)
-        return substitute(self.build(body), env)
+        result = substitute(self.build(body), env)
+        # Names used twice in each binding double the result with each: refused here, before anything walks it.
+        if tree_size(result) > MAX_NODES:
+            raise error(_span(tree), f"this expression is too large: more than {MAX_NODES:,} nodes with its local "
+                        "names replaced by their expressions")
+        return result
+
+
+def _balanced(operands: list[tuple[Expr, Span]], ops: list[str]) -> Expr:
+    """A long chain `x0 op1 x1 op2 x2 ...` as a balanced tree, operands in their order, with the same value.
+
+    A sum is split in halves, each written relative to the sign of its first operand: `a - b - c + d` is
+    `(a - b) - (c - d)`. A product balances each run of `*`, and applies `//` and `%` from the left, since they
+    do not associate: `a * b // c * d * e` is `(a * b) // c * (d * e)`. Each node spans its operands."""
+
+    def apply(op: str, lhs: tuple[Expr, Span], rhs: tuple[Expr, Span]) -> tuple[Expr, Span]:
+        span = lhs[1].merge(rhs[1])
+        return BinaryOp(op, lhs[0], rhs[0], span), span
+
+    if ops[0] in "+-":
+        signs = ["+", *ops]
+
+        def grouped(lo: int, hi: int) -> tuple[Expr, Span]:  # operands lo..hi-1, signs relative to signs[lo]
+            if hi - lo == 1:
+                return operands[lo]
+            mid = (lo + hi) // 2
+            return apply("+" if signs[mid] == signs[lo] else "-", grouped(lo, mid), grouped(mid, hi))
+
+        return grouped(0, len(operands))[0]
+
+    def product(run: list[tuple[Expr, Span]]) -> tuple[Expr, Span]:
+        half = len(run) // 2
+        return run[0] if len(run) == 1 else apply("*", product(run[:half]), product(run[half:]))
+
+    runs: list[tuple[str, list[tuple[Expr, Span]]]] = [("", [operands[0]])]  # runs of `*`, after a division
+    for op, operand in zip(ops, operands[1:]):
+        if op == "*":
+            runs[-1][1].append(operand)
+        else:
+            runs.append((op, [operand]))
+    result = product(runs[0][1])
+    for op, (divisor, *factors) in runs[1:]:
+        result = apply(op, result, divisor)
+        if factors:
+            result = apply("*", result, product(factors))
+    return result[0]
 
 
 def substitute(e: Expr, env: dict[str, Expr]) -> Expr:
@@ -577,9 +771,10 @@ _PHRASES = [
     ("an operator", {"PLUS", "STAR"}, _OPERATORS),
     ("a shape (full, causal, diag)", {"FULL", "CAUSAL", "DIAG"}, {"FULL", "CAUSAL", "DIAG"}),
     ("a type (int, bool, [int], [[int]], ...)", {"INT_TYPE", "BOOL_TYPE"}, {"INT_TYPE", "BOOL_TYPE", "LSQB"}),
-    ("a value (a number, true, false or a list)", {"INT", "TRUE", "LSQB"}, {"INT", "MINUS", "TRUE", "FALSE", "LSQB"}),
+    ("a value (a number, true, false or a list)", {"INT", "TRUE", "LSQB"},
+     {"INT", "MINUS", "TRUE", "FALSE", "LSQB", "VALUES"}),
 ]
-_TERMINAL_WORDS = {"NAME": "a name", "INT": "a number", "_NL": "end of line", "$END": "end of file"}
+_TERMINAL_WORDS = {"NAME": "a name", "INT": "a number", "VALUES": "a list", "_NL": "end of line", "$END": "end of file"}
 _MAX_EXPECTED = 5  # beyond this, a list of alternatives helps less than silence
 
 
@@ -622,6 +817,8 @@ def _describe_token(token: lark.Token) -> str:
         return f"name '{token}'"
     if token.type == "INT":
         return f"number {token}"
+    if token.type == "VALUES":  # however long it is, a list is named by its start
+        return f"list '{token}'" if len(token) <= 24 else f"list '{token[:20]}...'"
     if token in KEYWORDS:
         return f"keyword '{token}'"
     return f"'{token}'"

@@ -191,10 +191,13 @@ def with_children(e: Expr, new: tuple[Expr, ...]) -> Expr:
 
 
 def walk(e: Expr) -> Iterator[Expr]:
-    """Every node of `e`, parents before children."""
-    yield e
-    for c in children(e):
-        yield from walk(c)
+    """Every node of `e`, parents before children (and children in order). A loop, not a recursion: a
+    generator per level would make a walk cost its depth per node."""
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(children(node)))
 
 
 def rewrite(e: Expr, fn: Callable[[Expr], Expr]) -> Expr:
@@ -237,6 +240,23 @@ def conjoin(parts: tuple[Expr, ...] | list[Expr], span: Span = Span.unknown()) -
     if len(parts) == 1:
         return parts[0]
     return Logic("and", parts, span=span)
+
+
+# A chain of an associative operator with at most this many operands nests from the left, as written; a longer one
+# is a balanced tree, so that its depth -- and every recursion over it, in each stage -- is logarithmic.
+SHORT_CHAIN = 16
+
+
+def fold(op: str, parts: tuple[Expr, ...] | list[Expr], span: Span = Span.unknown()) -> Expr:
+    """`parts[0] op parts[1] op ...` for an associative operator (`min`, `max`): `op(op(a, b), c)` up to
+    `SHORT_CHAIN` parts, a balanced tree past that."""
+    if len(parts) <= SHORT_CHAIN:
+        out = parts[0]
+        for p in parts[1:]:
+            out = Binary(op, out, p, span=span)
+        return out
+    half = len(parts) // 2
+    return Binary(op, fold(op, parts[:half], span), fold(op, parts[half:], span), span=span)
 
 
 def arrays_used(e: Expr) -> set[str]:

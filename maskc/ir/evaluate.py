@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from maskc import ir
-from maskc.ir.ops import INT
+from maskc.ir.ops import BOOL, INT
 
 
 @dataclass
@@ -80,6 +80,12 @@ def evaluate(e: ir.Expr, env: Env):
     if isinstance(e, ir.FamilyIndex):
         return env.family_index
     if (o := ir.operation(e)) is not None:
+        if o.op.associative and o.op.operands == BOOL and len(o.args) > 2:
+            # A connective of many terms keeps one running value, not an array per term.
+            value = evaluate(o.args[0], env)
+            for a in o.args[1:]:
+                value = o.op.evaluate(value, evaluate(a, env))
+            return value
         values = [evaluate(a, env) for a in o.args]
         if o.op.result == INT:  # arithmetic is int64, as in the kernel, whatever the leaves are
             values = [_int(v) for v in values]

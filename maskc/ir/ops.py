@@ -58,6 +58,8 @@ class Operator:
     # C's truncating form, used where the dividend is provably non-negative and the divisor positive: there
     # it agrees with flooring, and costs less than the helper.
     c_truncating: str | None = None
+    # Connectives: the device code of a long chain, without short-circuits (see codegen.mask_code.render_bool).
+    c_eager: str | None = None
     grows: bool = False  # the result can leave 64 bits where the operands fit: `ir.ranges` checks it
     divides: bool = False  # the right operand is a divisor: token-free (checker), non-zero (planner)
     identity: int | bool | None = None  # `x op identity` is x
@@ -332,7 +334,7 @@ def _connective(name, prec, evaluate, box, c, identity) -> Operator:
     """`and`, `or`: one IR node holds all the operands of a chain."""
     return Operator(name, name, BOOL, BOOL, 2, prec, (prec + 1, prec + 1), f"{{0}} {name} {{1}}", evaluate,
                     _truth_range, box, f"({{0}} {c} {{1}})", f"(long long)({{0}} {c} {{1}})", identity=identity,
-                    commutative=True, associative=True)
+                    commutative=True, associative=True, c_eager=f"({{0}} {c[0]} {{1}})")
 
 
 _TABLE = (

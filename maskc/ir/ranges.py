@@ -46,9 +46,21 @@ def _grid_dims(program: ir.Program, region: ir.Region | None, side: str) -> tupl
     return tuple(int(d.value) for d in seg.dims)
 
 
-def static_range(e: ir.Expr, program: ir.Program, region: ir.Region | None = None) -> Range:
+def static_range(e: ir.Expr, program: ir.Program, region: ir.Region | None = None,
+                 memo: dict[int, Range] | None = None) -> Range:
+    """The range of `e`. With a `memo` (by node identity, so only for nodes that outlive it), the ranges of every
+    node of a tree cost one pass over it, not one per node."""
+    if memo is None:
+        return _range(e, program, region, None)
+    hit = memo.get(id(e))
+    if hit is None:
+        hit = memo[id(e)] = _range(e, program, region, memo)
+    return hit
+
+
+def _range(e: ir.Expr, program: ir.Program, region: ir.Region | None, memo: dict[int, Range] | None) -> Range:
     def r(x: ir.Expr) -> Range:
-        return static_range(x, program, region)
+        return static_range(x, program, region, memo)
 
     if isinstance(e, ir.Const):
         v = int(e.value)
@@ -103,9 +115,10 @@ def _checked(e: ir.Expr, lo: int, hi: int) -> Range:
 def check_ranges(program: ir.Program) -> None:
     """Raise a MaskError at the first expression that might overflow 64 bits."""
     for region in program.regions:
+        memo: dict[int, Range] = {}
         for node in ir.walk(region.pred):
             if not isinstance(node, (ir.Compare, ir.Logic, ir.Ancestor)):
-                static_range(node, program, region)
+                static_range(node, program, region, memo)
     for seg in program.segments:
         for e in (seg.length, seg.count, *seg.dims):
             if e is not None:

@@ -88,7 +88,7 @@ def simplify(e: ir.Expr) -> ir.Expr:
 
 def _simplify_logic(node: ir.Logic) -> ir.Expr:
     absorbing = not OPERATORS[node.op].identity  # `true` absorbs an `or`, `false` absorbs an `and`
-    args: list[ir.Expr] = []
+    args: dict[ir.Expr, None] = {}  # in order, without repeats; a dict keeps a chain of 20,000 terms linear
     for a in node.args:
         flat = a.args if isinstance(a, ir.Logic) and a.op == node.op else (a,)
         for f in flat:
@@ -96,12 +96,11 @@ def _simplify_logic(node: ir.Logic) -> ir.Expr:
                 if bool(f.value) == absorbing:
                     return ir.Const(absorbing, span=node.span)
                 continue  # the neutral element
-            if f not in args:
-                args.append(f)
+            args.setdefault(f)
     if not args:
         return ir.Const(not absorbing, span=node.span)
     if len(args) == 1:
-        return args[0]
+        return next(iter(args))
     return replace(node, args=tuple(args))
 
 

@@ -27,17 +27,18 @@ from .fold import simplify
 _K = ir.Token("k", "index")
 
 
-def _k_linear(e: ir.Expr) -> tuple[int, ir.Expr] | None:
-    """(a, r) with e == a*k + r and r free of the key, for e built from k, +, - and key-free terms."""
+def _k_linear(e: ir.Expr, reads_k: set[int]) -> tuple[int, ir.Expr] | None:
+    """(a, r) with e == a*k + r and r free of the key, for e built from k, +, - and key-free terms. `reads_k`
+    holds the nodes (by identity) that read the key."""
     if e == _K:
         return 1, ir.Const(0)
-    if not ir.uses_side(e, "k"):
+    if id(e) not in reads_k:
         return 0, e
     if isinstance(e, ir.Unary) and e.op == "neg":
-        inner = _k_linear(e.arg)
+        inner = _k_linear(e.arg, reads_k)
         return None if inner is None else (-inner[0], ir.Unary("neg", inner[1]))
     if isinstance(e, ir.Binary) and e.op in ("+", "-"):
-        lhs, rhs = _k_linear(e.lhs), _k_linear(e.rhs)
+        lhs, rhs = _k_linear(e.lhs, reads_k), _k_linear(e.rhs, reads_k)
         if lhs is None or rhs is None:
             return None
         sign = 1 if e.op == "+" else -1
@@ -45,9 +46,21 @@ def _k_linear(e: ir.Expr) -> tuple[int, ir.Expr] | None:
     return None
 
 
+def _reading_k(e: ir.Expr) -> set[int]:
+    """The nodes of `e` that read the key, by identity: found in one pass, where asking `ir.uses_side` at each
+    node would walk each subtree again."""
+    out: set[int] = set()
+    for node in reversed(list(ir.walk(e))):  # children before their parents
+        reads = isinstance(node, (ir.Token, ir.Member)) and node.side == "k"
+        if reads or any(id(c) in out for c in ir.children(node)):
+            out.add(id(node))
+    return out
+
+
 def _bounds(c: ir.Compare) -> tuple[list[ir.Expr], list[ir.Expr]] | None:
     """Lower and upper (exclusive) bounds on k that the comparison means, or None."""
-    linear = _k_linear(ir.Binary("-", c.lhs, c.rhs))
+    difference = ir.Binary("-", c.lhs, c.rhs)
+    linear = _k_linear(difference, _reading_k(difference))
     if linear is None or linear[0] not in (1, -1):
         return None
     a, r = linear
@@ -73,10 +86,7 @@ def _same_member(c: ir.Expr) -> bool:
 
 
 def _fold(op: str, parts: list[ir.Expr]) -> ir.Expr:
-    out = parts[0]
-    for p in parts[1:]:
-        out = ir.Binary(op, out, p)
-    return simplify(out)
+    return simplify(ir.fold(op, parts))
 
 
 def row_intervals(program: ir.Program, region: ir.Region) -> ir.RowIntervals | None:
