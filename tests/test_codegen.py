@@ -217,3 +217,19 @@ def test_the_backward_kernels_are_an_option_checked_against_the_family():
         KernelOptions(arch="sm_80", backward_kernels="hopper")
     c = compiled("causal", KernelOptions(arch="sm_90a", backward_kernels="hopper"))
     assert "block = (384, 1, 1)" in c.source and "tm_dout" in c.source
+
+
+@needs_cxx
+def test_int_min_modulo_minus_one_is_zero_in_the_generated_code(host_dir):
+    """A regression found by the grammar fuzzer (tests/test_fuzz_grammar.py): x % -1 is 0, but the generated
+    floormod divided x by -1 first, and INT_MIN / -1 overflows (SIGFPE on the host, undefined on the GPU):
+    `min(q, w) % d` runs in 32 bits, and with w = -2^31, d = -1 the host planner died. The same in 64 bits."""
+    c = compile_text("mask t(w: int = 0, d: int = 1, const c: int = -9223372036854775808)\nsegments:\n    S = n\n"
+                     "rules:\n    S -> S   where min(q, w) % d == 0 and k <= q\n"
+                     "    S -> S   where min(k, c) % d == 0 and k == q + 1\n")
+    assert "floormod(imin(t.index, s.v0), s.v1)" in c.source  # in 32 bits
+    sequences = [{"n": 9, "w": -(2**31), "d": -1}, {"n": 5, "w": 3, "d": -1}, {"n": 6, "w": -(2**31), "d": 2}]
+    host_mask.isolated(lambda: host_mask.check_generated_code(c, sequences, host_dir))
+    values, layouts = c.bind(sequences)
+    assert dense_mask(c.program, layouts[0], values[0]).sum() == 45 + 8  # x % -1 == 0: every pair of both rules
+
