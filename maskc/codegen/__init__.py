@@ -102,6 +102,7 @@ def render_source(program: ir.Program, options: KernelOptions, source_name: str 
     grids = _grids(program, code)
     family = options.family
     P = planner_name(program.name, options)
+    tables = frozenset(p.name for p in program.params if p.type.depth == 2)
     text = _environment().get_template("common/kernel.cu.j2").render(
         version=__version__,
         source_name=source_name or banner_name(program),
@@ -130,7 +131,7 @@ def render_source(program: ir.Program, options: KernelOptions, source_name: str 
         params=list(program.params),
         P=P,
         runtime_params=program.runtime_params,
-        host=lambda e: host_expr(e, P, [s.name for s in program.segments]),
+        host=lambda e: host_expr(e, P, [s.name for s in program.segments], tables),
         family_lists=family_lists(program),
         layout_uses_n=ir.layout_uses_n(program),
         max_members=ir.MAX_FAMILY_MEMBERS,
