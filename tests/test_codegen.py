@@ -233,3 +233,18 @@ def test_int_min_modulo_minus_one_is_zero_in_the_generated_code(host_dir):
     values, layouts = c.bind(sequences)
     assert dense_mask(c.program, layouts[0], values[0]).sum() == 45 + 8  # x % -1 == 0: every pair of both rules
 
+
+@needs_cxx
+@pytest.mark.parametrize("rule, consts", [
+    ("S -> S   where (q + -2147483648)^0 < k", {}),
+    ("S -> S   where k > max(q - w, -2147483648) and abs(k + -2147483648) > q", {}),
+    ("S -> S   where min(k, c) < q - 5 and max(k - 3, c) < q", {"c": -(2**63)}),
+])
+def test_the_lowest_int_and_long_long_literals_are_written_as_c_can_read_them(rule, consts, host_dir):
+    """A regression found by the grammar fuzzer (tests/test_fuzz_grammar.py): C has no negative literals, so
+    `-2147483648` is a long (ipow(long, int) matched no overload better than another: the file did not compile)
+    and `-9223372036854775808LL` does not fit a long long at all."""
+    c = compile_text(WIDE_OPERANDS + f"    {rule}\n", consts=consts)
+    code = "\n".join(line.split("//")[0] for line in c.source.splitlines())  # without comments
+    assert "-2147483648" not in code and "-9223372036854775808" not in code
+    host_mask.isolated(lambda: host_mask.check_generated_code(c, [{"n": 20, "w": 3}, {"n": 5, "w": -(2**31)}], host_dir))

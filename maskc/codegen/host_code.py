@@ -4,6 +4,7 @@ over the runtime values, in 64 bits (the host code NVRTC skips; nvcc or any C++ 
 from __future__ import annotations
 
 from maskc import ir
+from maskc.codegen.mask_code import c_literal
 from maskc.ir.ops import spell
 
 
@@ -16,7 +17,7 @@ def host_expr(e: ir.Expr, prefix: str, segments: list[str], tables: frozenset[st
     if isinstance(e, ir.SegmentBound):
         return f"span_{'end' if e.end else 'start'}[{segments.index(e.segment)}]"
     if isinstance(e, ir.Const):
-        return f"{int(e.value)}LL"
+        return c_literal(int(e.value), as_int=False)
     if isinstance(e, ir.Param):
         return "N_" if e.name == "n" else f"(long long)v.{e.name}"
     if isinstance(e, ir.FamilyIndex):
