@@ -248,3 +248,15 @@ def test_the_lowest_int_and_long_long_literals_are_written_as_c_can_read_them(ru
     code = "\n".join(line.split("//")[0] for line in c.source.splitlines())  # without comments
     assert "-2147483648" not in code and "-9223372036854775808" not in code
     host_mask.isolated(lambda: host_mask.check_generated_code(c, [{"n": 20, "w": 3}, {"n": 5, "w": -(2**31)}], host_dir))
+
+
+@needs_cxx
+@pytest.mark.parametrize("grid, pred", [("grid(3, 0)", "q.x <= k.x"), ("grid(2, 0, 4)", "q.y <= k.y"),
+                                        ("grid(h, 3, w)", "q.t == k.t and q.x < k.x")])
+def test_a_grid_with_a_const_dimension_of_zero(grid, pred, host_dir):
+    """A regression found by the grammar fuzzer (tests/test_fuzz_grammar.py): an empty grid is legal, but the
+    coordinates of every token are computed, dividing by the const dimensions as written: 0 trapped on the
+    host (SIGFPE). They are taken at least 1, as a runtime dimension already was."""
+    c = compile_text(f"mask t(const h: int = 0, const w: int = 0)\nsegments:\n    A = n\n    G = {grid}\n"
+                     f"rules:\n    A -> A   causal\n    G -> G   where {pred}\n")
+    host_mask.isolated(lambda: host_mask.check_generated_code(c, [{"n": 9}, {"n": 0}], host_dir))

@@ -72,8 +72,10 @@ def _grids(program: ir.Program, code: MaskCode) -> dict[str, list[dict]]:
             seg = program.segment(f[5:])
             dims = []
             for d in seg.dims:
+                # At least 1, as the planner's (maskc.plan.layout.entry_grid_dims): an empty grid holds no token,
+                # but the coordinates of every token are computed, and dividing by 0 traps on the host.
                 if isinstance(d, ir.Const):
-                    dims.append(str(int(d.value)))
+                    dims.append(str(max(int(d.value), 1)))
                 else:
                     dims.append(f"imax({_seq_value_ref(code, d)}, 1)")
             out[side].append({"name": seg.name, "symbol": program.segment_index(seg.name), "dims": dims})
