@@ -16,9 +16,10 @@ The subset of the language generated, and the semantics the oracle implements (d
   are its given values, else the defaults; const values are compiled in.
 - Segments, laid out back to back in declaration order: `S = EXPR`; families `R[i] = EXPR(i)` (members
   = entries of the lists the expression indexes with a bare `i`; all such lists must have as many entries
-  as there are members) and `R[i < COUNT] = EXPR(i)`; grids `grid(h, w)`, `grid(t, h, w)` (row-major).
-  At most one segment mentions `n`; it is `n - (the other segments' total)`, so the layout only tiles
-  `[0, n)` when the values make every length non-negative and n is that total. A layout without `n` fixes
+  as there are members, with an explicit count too: maskc's rule, which docs/language.md states only for
+  `R[i] = EXPR`) and `R[i < COUNT] = EXPR(i)`; grids `grid(h, w)`, `grid(t, h, w)` (row-major).
+  Usually one segment mentions `n`: `n - (the other segments' total)`, sometimes after a segment `n // c`;
+  the layout tiles `[0, n)` when the values make every length non-negative. A layout without `n` fixes
   the length: n may be left out, or must equal the total. A negative length or count, a member count
   different from a list's length, a missing value: the values are refused (ValueError), never laid out.
 - Tokens: q and k are positions in [0, n); `.pos` is the position inside the token's segment (family
@@ -38,6 +39,15 @@ The subset of the language generated, and the semantics the oracle implements (d
   `a < b and b <= c`), `not`, `and`, `or`, `let x = e, y = f in body` (each name visible in later bindings
   and in the body; lexical scoping). Arithmetic is exact: every generated expression has a static bound
   below 2^63 (`Gen` keeps one per node, as loose as maskc's range analysis), so int64 evaluation is exact.
+
+`damaged_cases()` damages a generated program once, in a way the language refuses: in its structure (a bool
+where an int is needed and the reverse, unknown and unbound names, coordinates off a grid, a divisor or an
+exponent that depends on the tokens, subscripts and list functions on the wrong things, wrong arities,
+taken names, bad sides, defaults of the wrong type or range, bad types, const lists, a const without a
+value, duplicates, layouts that read the tokens, bad batch lines, 64-bit overflow) or in its tokens (a
+required token dropped, a token swapped for one of another kind, literals past 64 bits or malformed, stray
+characters, unbalanced brackets, a section header missing), and says on which lines the error must be
+reported.
 """
 
 from __future__ import annotations
@@ -69,7 +79,7 @@ class Node:
     bound = 0
     tokens = False  # depends on q, k, their attributes or index variables
 
-    def children(self) -> list["Node"]:
+    def children(self) -> list[Node]:
         return []
 
 
@@ -299,7 +309,6 @@ LOCAL_NAMES = ["lo", "hi", "mid", "sy", "sx", "o", "e0", "e1", "tmp", "y0", "z",
 MASK_NAMES = ["m", "rnd", "fuzz", "causal", "full", "diag", "my_mask", "M2", "test"]
 KEYWORDS = set("mask segments rules batch where full causal diag grid and or not true false const int bool "
                "let in".split())
-FUNCTIONS = {"abs", "min", "max", "clamp", "len", "sum", "ancestor"}
 
 # Parameter roles: (elem, depth, const, values). Layout roles are small and non-negative, so that lengths
 # made of them usually are; `d` and `h` are never zero (divisors); wide ones reach the 32-bit limits.
@@ -427,7 +436,7 @@ class Gen:
 
     # -- predicates ----------------------------------------------------------------------------------
 
-    def int_atom(self, ctx: "Ctx") -> Node:
+    def int_atom(self, ctx: Ctx) -> Node:
         options = ["q", "k", "q", "k", "lit", "lit", "q.pos", "k.pos", "n"]
         options += [f"{s}.{c}" for s in "qk" for c in ctx.coords[s]] * 2
         options += ["index"] * 2 if ctx.index else []
@@ -476,7 +485,7 @@ class Gen:
             return Bin("-", Lit(value + 2), Lit(2)), value
         return Lit(value), value
 
-    def int_expr(self, ctx: "Ctx", depth: int) -> Node:
+    def int_expr(self, ctx: Ctx, depth: int) -> Node:
         if depth <= 0 or self.chance(0.3):
             return self.int_atom(ctx)
         op = self.pick(["+", "-", "*", "//", "%", "neg", "abs", "min", "max", "clamp", "^", "sub", "sum", "let",
@@ -512,13 +521,13 @@ class Gen:
             out = a
         return out if max_bound(out) <= INT64_MAX or ctx.overflow_ok else a
 
-    def comparison(self, ctx: "Ctx", depth: int) -> Node:
+    def comparison(self, ctx: Ctx, depth: int) -> Node:
         out = self._comparison(ctx, depth)
         if max_bound(out) > INT64_MAX and not ctx.overflow_ok:
             return Chain([Ref("k", INT, POS, "token", tokens=True), Ref("q", INT, POS, "token", tokens=True)], ["<="])
         return out
 
-    def _comparison(self, ctx: "Ctx", depth: int) -> Node:
+    def _comparison(self, ctx: Ctx, depth: int) -> Node:
         form = self.draw(st.integers(0, 9))
         ops = ["<", "<=", ">", ">=", "==", "!="]
         if form <= 3:
@@ -541,7 +550,7 @@ class Gen:
             return Chain([Lit(self.draw(st.integers(-3, 2))), diff, self.int_atom(ctx)], [self.pick(["<", "<="]), self.pick(["<", "<="])])
         return Chain([diff, self.int_atom(ctx)], [self.pick(ops)])
 
-    def bool_atom(self, ctx: "Ctx") -> Node:
+    def bool_atom(self, ctx: Ctx) -> Node:
         options = ["cmp", "cmp", "cmp", "cmp", "lit"]
         options += [r for r in ("f", "cf") if r in self.roles]
         options += ["M"] if "M" in self.roles else []
@@ -564,7 +573,7 @@ class Gen:
         name, _, node = self.pick([x for x in ctx.locals if x[1] == BOOL])
         return Ref(name, BOOL, 0, "local", tokens=node.tokens)
 
-    def bool_expr(self, ctx: "Ctx", depth: int) -> Node:
+    def bool_expr(self, ctx: Ctx, depth: int) -> Node:
         if depth <= 0 or self.chance(0.25):
             return self.bool_atom(ctx)
         kind = self.pick(["and", "and", "or", "not", "let", "atom"])
@@ -576,7 +585,7 @@ class Gen:
             return self.let(ctx, depth, BOOL)
         return self.bool_atom(ctx)
 
-    def let(self, ctx: "Ctx", depth: int, typ: str) -> Node:
+    def let(self, ctx: Ctx, depth: int, typ: str) -> Node:
         bindings = []
         inner = ctx
         for _ in range(self.draw(st.integers(1, 2))):
@@ -597,7 +606,7 @@ class Ctx:
     locals: list = field(default_factory=list)  # (name, typ, node)
     overflow_ok: bool = False
 
-    def with_local(self, name: str, node: Node) -> "Ctx":
+    def with_local(self, name: str, node: Node) -> Ctx:
         kept = [x for x in self.locals if x[0] != name]
         return Ctx(self.coords, self.index, kept + [(name, node.typ, node)], self.overflow_ok)
 
@@ -620,9 +629,8 @@ def cases(draw, max_sequences: int = 3, overflow: bool = False) -> Case:
         value = _value(draw, role)
         has_default = draw(st.integers(0, 4)) > 0
         p = Param(names.pop(), elem, depth, const, value if has_default else None, role, tree=kind == "tree")
-        if const:
-            if not has_default or draw(st.integers(0, 3)) == 0:  # given at compile time (else the default)
-                consts[p.name] = _value(draw, role)
+        if const and (not has_default or draw(st.integers(0, 3)) == 0):  # given at compile time
+            consts[p.name] = _value(draw, role)
         params.append(p)
         roles[role] = p
     const_values = {p.name: consts.get(p.name, p.default) for p in params if p.const}
@@ -650,6 +658,10 @@ def cases(draw, max_sequences: int = 3, overflow: bool = False) -> Case:
     opaque = any(s.total is None for s in segments)
     total = None
     if not opaque and draw(st.integers(0, 5)) > 0:
+        if draw(st.integers(0, 5)) == 0:  # a fraction of n, the rest after it
+            part = Bin("//", Ref("n", INT, POS, "n"), Lit(draw(st.integers(2, 4))))
+            segments.insert(draw(st.integers(0, len(segments))),
+                            Segment(seg_names.pop(), "single", length=part, total=part, uses_n=True))
         total = Ref("n", INT, POS, "n")
         for s in segments:
             total = Bin("-", total, s.total)
@@ -710,6 +722,8 @@ def cases(draw, max_sequences: int = 3, overflow: bool = False) -> Case:
         total = oracle.fixed_total(given)
         if total is not None:
             n = total + (draw(st.integers(0, 80)) if oracle.uses_n else 0)
+            if sum(x.uses_n for x in segments) > 1:
+                n *= 2  # n - n // c is at least n / 2: the rest is not negative
             if draw(st.integers(0, 25)) == 0:
                 n += draw(st.sampled_from([-3, -1, 1, 7]))  # inconsistent: refused
             if n >= 0 and (oracle.uses_n or draw(st.booleans())):
@@ -997,7 +1011,7 @@ class Env:
         self.local = local or {}
         self.family = family  # the member index, in a family's length
 
-    def with_local(self, name, value) -> "Env":
+    def with_local(self, name, value) -> Env:
         return Env(self.scalars, self.arrays, self.n, self.tokens, self.index, {**self.local, name: value}, self.family)
 
 

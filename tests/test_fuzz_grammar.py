@@ -43,8 +43,8 @@ from maskc import cli
 from maskc.compiler import compile_program, compile_text
 from maskc.diagnostics import MaskError
 from maskc.front import read_program
-from maskc.kernels import KernelOptions, TileKind, planner_name
 from maskc.ir.evaluate import evaluate
+from maskc.kernels import KernelOptions, TileKind, planner_name
 from maskc.plan.layout import segment_bounds, token_info
 from maskc.plan.planner import TileConfig, plan
 from maskc.tools.explain import choose_sequences
@@ -96,11 +96,11 @@ def assert_positioned(exc: MaskError, text: str, lines: tuple[int, int] | None =
             f"the diagnostics are on lines {found}, the damage on lines {lines[0]}-{lines[1]}:\n{rendered}\n{text}"
 
 
-def compiled_case(case: ms.Case, options: KernelOptions = KernelOptions()):
+def compiled_case(case: ms.Case, options: KernelOptions | None = None):
     """The compiled program, or an AssertionError saying why maskc refused a valid one."""
     text = case.text
     try:
-        return compile_text(text, options, case.consts, path=PATH)
+        return compile_text(text, options or KernelOptions(), case.consts, path=PATH)
     except MaskError as exc:
         assert_positioned(exc, text)
         raise AssertionError(f"maskc refused a valid program:\n{exc.render()}\n--- program:\n{text}\n"
@@ -108,13 +108,13 @@ def compiled_case(case: ms.Case, options: KernelOptions = KernelOptions()):
 
 
 def split_sequences(case: ms.Case, oracle: ms.Oracle):
-    """(given values, oracle layout) of the sequences the oracle accepts, and (given, reason) of the others."""
+    """(values, oracle layout) of the sequences the oracle accepts, and (values, reason) of the others."""
     ok, refused = [], []
-    for given in case.sequences:
+    for seq in case.sequences:
         try:
-            ok.append((given, oracle.layout(given)))
+            ok.append((seq, oracle.layout(seq)))
         except ms.Refused as why:
-            refused.append((given, str(why)))
+            refused.append((seq, str(why)))
     return ok, refused
 
 
@@ -122,23 +122,23 @@ def check_layouts(case, compiled, oracle, context):
     """Refused values raise ValueError; the others lay out as the oracle says. Returns (values, layouts,
     oracle masks) of the accepted sequences."""
     ok, refused = split_sequences(case, oracle)
-    for given, why in refused:
+    for seq, why in refused:
         try:
-            compiled.bind([given])
+            compiled.bind([seq])
         except ValueError:
             continue
-        raise AssertionError(f"bind accepted values the oracle refuses ({why}): {given}{context}")
+        raise AssertionError(f"bind accepted values the oracle refuses ({why}): {seq}{context}")
     if not ok:
         return [], [], []
     try:
-        values, layouts = compiled.bind([given for given, _ in ok])
+        values, layouts = compiled.bind([seq for seq, _ in ok])
     except ValueError as exc:
         raise AssertionError(f"bind refused values the oracle accepts: {exc}{context}") from None
-    for b, ((given, want), got) in enumerate(zip(ok, layouts)):
+    for b, ((seq, want), got) in enumerate(zip(ok, layouts)):
         have = (got.n, got.starts.tolist(), got.lengths.tolist(), got.symbol.tolist(), got.member.tolist())
         expect = (want.n, want.starts, want.lengths, want.symbol, want.member)
         assert have == expect, f"sequence {b}: layout (n, starts, lengths, segment, member) {have}, oracle {expect}{context}"
-    masks = [oracle.mask(given, lay) for given, lay in ok]
+    masks = [oracle.mask(seq, lay) for seq, lay in ok]
     return values, layouts, masks
 
 
@@ -203,7 +203,7 @@ def implied_by_plan(program, desc, layouts, values) -> list[np.ndarray]:
 # ---------------------------------------------------------------------------------------------------
 
 
-@fuzz(120)
+@fuzz(250)
 @given(case=ms.cases(), config=st.sampled_from(CONFIGS))
 def test_generated_programs_compile_and_match_the_oracle(case, config):
     compiled = compiled_case(case)
@@ -344,10 +344,10 @@ def test_generated_code_of_generated_programs_matches_the_oracle(case, options, 
     ok, _ = split_sequences(case, oracle)
     if not ok:
         return
-    sequences = [given for given, _ in ok]
+    sequences = [seq for seq, _ in ok]
     got = kernel_model(compiled, sequences, host_dir)
-    for b, ((given, lay), mask) in enumerate(zip(ok, got)):
-        want = oracle.mask(given, lay)
+    for b, ((seq, lay), mask) in enumerate(zip(ok, got)):
+        want = oracle.mask(seq, lay)
         assert np.array_equal(mask, want), f"sequence {b}: the generated code differs at {first_difference(mask, want)}{context}"
 
 
@@ -385,7 +385,8 @@ def cli_check(text: str, consts: dict, tmp: Path, subprocess_run: bool = False) 
         package_root = str(Path(maskc.__file__).resolve().parent.parent)  # wherever maskc is imported from
         env = {**os.environ, "MASKC_DEBUG": "",
                "PYTHONPATH": os.pathsep.join([package_root, *filter(None, [os.environ.get("PYTHONPATH")])])}
-        done = subprocess.run([sys.executable, "-m", "maskc", *args], cwd=tmp, capture_output=True, text=True, env=env)
+        done = subprocess.run([sys.executable, "-m", "maskc", *args], cwd=tmp, capture_output=True, text=True, env=env,
+                              check=False)
         return done.returncode, done.stdout + done.stderr
     cwd = os.getcwd()
     os.chdir(tmp)
@@ -402,15 +403,15 @@ def expected_check_result(case: ms.Case) -> int:
     oracle = ms.Oracle(case.program, const_values(case))
     sequences = case.program.batch or [{}]
     n_decl = case.program.param("n")
-    for given in sequences:
-        if oracle.uses_n and "n" not in given and (n_decl is None or n_decl.default is None):
+    for seq in sequences:
+        if oracle.uses_n and "n" not in seq and (n_decl is None or n_decl.default is None):
             return 0
-        if any(p.name not in given and p.default is None for p in case.program.params
+        if any(p.name not in seq and p.default is None for p in case.program.params
                if not p.const and p.name != "n"):
             return 0
     try:
-        for given in sequences:
-            oracle.layout(given)
+        for seq in sequences:
+            oracle.layout(seq)
     except ms.Refused:
         return 1
     return 0
@@ -435,7 +436,7 @@ def test_maskc_check_accepts_generated_programs(case, tmp_path_factory):
 # ---------------------------------------------------------------------------------------------------
 
 
-@fuzz(300)
+@fuzz(400)
 @given(damaged=ms.damaged_cases())
 def test_damaged_programs_are_refused_at_the_damage(damaged):
     text, consts, lines, what = damaged
@@ -452,7 +453,7 @@ def test_damaged_programs_are_refused_at_the_damage(damaged):
 @fuzz(30)
 @given(damaged=ms.damaged_cases())
 def test_maskc_check_reports_damaged_programs(damaged, tmp_path_factory):
-    text, consts, lines, what = damaged
+    text, consts, _, what = damaged
     code, output = cli_check(text, consts, tmp_path_factory.mktemp("check"))
     assert_clean_exit(code, output, text)
     assert code == 1 and re.search(rf"{re.escape(PATH)}:\d+:\d+: error: ", output), f"({what}) {output}\n{text}"
