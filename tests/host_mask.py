@@ -7,8 +7,8 @@ import ctypes
 import hashlib
 import os
 import pickle
-import signal
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
