@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
+import pickle
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -88,3 +91,37 @@ def check_generated_code(compiled, sequences, workdir: Path, note: str = "") -> 
             count = int(desc.blocks.tiles(side)[b])
             assert np.array_equal(tokens(lib, tables, b, side, count, size), desc.tokens(side, b, np.arange(count))), \
                 f"sequence {b}: {side}_token differs from the planner's tiles{note}"
+
+
+def isolated(fn):
+    """fn() in a forked process, so that generated code that traps (an integer division overflow raises
+    SIGFPE on x86) fails the test instead of killing pytest. An exception in fn fails it as an AssertionError
+    with the same message."""
+    if not hasattr(os, "fork"):
+        return fn()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: only the result, none of pytest's cleanup
+        code = 1
+        try:
+            os.close(read)
+            try:
+                result = ("ok", fn())
+            except Exception as exc:  # noqa: BLE001 - reported by the parent
+                result = ("error", f"{type(exc).__name__}: {exc}")
+            with os.fdopen(write, "wb") as out:
+                out.write(pickle.dumps(result))
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as got:
+        data = got.read()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        raise AssertionError(f"the generated code died of {signal.Signals(os.WTERMSIG(status)).name}")
+    assert os.WEXITSTATUS(status) == 0 and data, "the test harness in the child process failed"
+    kind, value = pickle.loads(data)
+    if kind == "error":
+        raise AssertionError(value)
+    return value

@@ -232,3 +232,46 @@ def test_the_backward_kernels_are_an_option_checked_against_the_family():
         KernelOptions(arch="sm_80", backward_kernels="hopper")
     c = compiled("causal", KernelOptions(arch="sm_90a", backward_kernels="hopper"))
     assert "block = (384, 1, 1)" in c.source and "tm_dout" in c.source
+
+
+@needs_cxx
+def test_int_min_modulo_minus_one_is_zero_in_the_generated_code(host_dir):
+    """A regression found by the grammar fuzzer (tests/test_fuzz_grammar.py): x % -1 is 0, but the generated
+    floormod divided x by -1 first, and INT_MIN / -1 overflows (SIGFPE on the host, undefined on the GPU):
+    `min(q, w) % d` runs in 32 bits, and with w = -2^31, d = -1 the host planner died. The same in 64 bits."""
+    c = compile_text("mask t(w: int = 0, d: int = 1, const c: int = -9223372036854775808)\nsegments:\n    S = n\n"
+                     "rules:\n    S -> S   where min(q, w) % d == 0 and k <= q\n"
+                     "    S -> S   where min(k, c) % d == 0 and k == q + 1\n")
+    assert "floormod(imin(t.index, s.v0), s.v1)" in c.source  # in 32 bits
+    sequences = [{"n": 9, "w": -(2**31), "d": -1}, {"n": 5, "w": 3, "d": -1}, {"n": 6, "w": -(2**31), "d": 2}]
+    host_mask.isolated(lambda: host_mask.check_generated_code(c, sequences, host_dir))
+    values, layouts = c.bind(sequences)
+    assert dense_mask(c.program, layouts[0], values[0]).sum() == 45 + 8  # x % -1 == 0: every pair of both rules
+
+
+@needs_cxx
+@pytest.mark.parametrize("rule, consts", [
+    ("S -> S   where (q + -2147483648)^0 < k", {}),
+    ("S -> S   where k > max(q - w, -2147483648) and abs(k + -2147483648) > q", {}),
+    ("S -> S   where min(k, c) < q - 5 and max(k - 3, c) < q", {"c": -(2**63)}),
+])
+def test_the_lowest_int_and_long_long_literals_are_written_as_c_can_read_them(rule, consts, host_dir):
+    """A regression found by the grammar fuzzer (tests/test_fuzz_grammar.py): C has no negative literals, so
+    `-2147483648` is a long (ipow(long, int) matched no overload better than another: the file did not compile)
+    and `-9223372036854775808LL` does not fit a long long at all."""
+    c = compile_text(WIDE_OPERANDS + f"    {rule}\n", consts=consts)
+    code = "\n".join(line.split("//")[0] for line in c.source.splitlines())  # without comments
+    assert "-2147483648" not in code and "-9223372036854775808" not in code
+    host_mask.isolated(lambda: host_mask.check_generated_code(c, [{"n": 20, "w": 3}, {"n": 5, "w": -(2**31)}], host_dir))
+
+
+@needs_cxx
+@pytest.mark.parametrize("grid, pred", [("grid(3, 0)", "q.x <= k.x"), ("grid(2, 0, 4)", "q.y <= k.y"),
+                                        ("grid(h, 3, w)", "q.t == k.t and q.x < k.x")])
+def test_a_grid_with_a_const_dimension_of_zero(grid, pred, host_dir):
+    """A regression found by the grammar fuzzer (tests/test_fuzz_grammar.py): an empty grid is legal, but the
+    coordinates of every token are computed, dividing by the const dimensions as written: 0 trapped on the
+    host (SIGFPE). They are taken at least 1, as a runtime dimension already was."""
+    c = compile_text(f"mask t(const h: int = 0, const w: int = 0)\nsegments:\n    A = n\n    G = {grid}\n"
+                     f"rules:\n    A -> A   causal\n    G -> G   where {pred}\n")
+    host_mask.isolated(lambda: host_mask.check_generated_code(c, [{"n": 9}, {"n": 0}], host_dir))

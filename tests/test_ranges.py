@@ -123,3 +123,25 @@ def test_const_values_outside_64_bits_are_refused_and_those_inside_are_range_che
 def test_a_const_value_of_the_wrong_type_is_spelled_as_in_the_language():
     with pytest.raises(MaskError, match="const parameter 'w' is int, got true"):
         compile_text(HEADER + "segments:\n    S = n\nrules:\n    S -> S   where q < w\n", consts={"w": True})
+
+
+@pytest.mark.parametrize("expr", ["w // -1", "w // a", "w // (0 - 1)", "1 + w // -1"])
+def test_int64_min_divided_by_minus_one_is_an_error_not_a_wrapped_value(expr):
+    """A regression found by the grammar fuzzer (tests/test_fuzz_grammar.py): -2^63 // -1 is 2^63, past 64 bits,
+    but `//` was not range-checked. Folded, `q < w // -1` (w = -2^63) became `q < -2^63`, so a rule true of every
+    pair showed none; with a runtime divisor, the C division overflowed."""
+    text = HEADER + f"segments:\n    S = n\nrules:\n    S -> S   where q < {expr}\n"
+    with pytest.raises(MaskError) as info:
+        compile_text(text, consts={"w": -(2**63)})
+    assert "overflow 64-bit integers (its values can reach 9223372036854775808)" in info.value.render()
+    assert f"<mask>:5:{text.split(chr(10))[4].index('w // ') + 1}:" in info.value.render()
+
+
+def test_int64_min_divided_by_anything_but_minus_one_is_folded_exactly():
+    text = HEADER + "segments:\n    S = n\nrules:\n    S -> S   where q > w // 2 and k > w // -2 - 2^62 - 1\n"
+    pred = compile_text(text, consts={"w": -(2**63)}).program.regions[0].pred
+    assert ir.show(pred) == "q > -4611686018427387904 and k > -1", ir.show(pred)
+    # With any other w, w // -1 fits.
+    text = HEADER + "segments:\n    S = n\nrules:\n    S -> S   where q > w // -1\n"
+    pred = compile_text(text, consts={"w": 2**63 - 1}).program.regions[0].pred
+    assert ir.show(pred) == "q > -9223372036854775807", ir.show(pred)

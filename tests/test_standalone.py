@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from small_configs import SMALL
 
-from maskc.compiler import compile_file
+from maskc.compiler import compile_file, compile_text
 from maskc.kernels import KernelOptions, TileKind, planner_name
 
 pytestmark = pytest.mark.skipif(host_mask.compiler() is None, reason="needs a C++ compiler")
@@ -110,3 +110,29 @@ def test_standalone_planner_matches_maskc(name, tmp_path):
         np.testing.assert_array_equal(k_tiles[:listed], desc.k_tile)
         np.testing.assert_array_equal(kinds[:listed] == TileKind.FULL, desc.kind == TileKind.FULL,
                                       err_msg="full tiles differ")
+
+
+def test_len_of_a_table_in_a_sequence_value(tmp_path):
+    """A regression found by the grammar fuzzer (tests/test_fuzz_grammar.py): `len(T)` of a table parameter,
+    a value of the sequence alone, was written `v.T_len` in the standalone planner, whose values struct holds
+    `T_rows` and `T_cols` for a table: the generated .cu did not compile as C++."""
+    text = ("mask t(T: [[bool]] = [[true], [false]], L: [int] = [1, 2, 3])\nsegments:\n    S = n - len(T) - len(L)\n"
+            "    U = len(T) + len(L)\nrules:\n    S|U -> S|U   where k <= q and q < len(T) * 3 + len(L)\n")
+    compiled = compile_text(text, KernelOptions())
+    assert "v.T_rows" in compiled.source and "v.T_len" not in compiled.source
+    prefix = planner_name(compiled.program.name, compiled.options)
+    sequences = [{"n": 20}, {"n": 30, "T": [[True, False]] * 5, "L": []}]
+    values, layouts = compiled.bind(sequences)
+    extra = "".join(_values_code(prefix, compiled.program, v, i) for i, v in enumerate(values))
+    lib = host_mask.build(compiled.source + extra, tmp_path)
+    ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+    for b, lay in enumerate(layouts):
+        _, tables, _ = compiled.tables([sequences[b]])
+        row = np.zeros(compiled.code.seq_table.width, dtype=np.int64)
+        seg_start, seg_code = np.zeros(8, dtype=np.int32), np.zeros(8, dtype=np.int32)
+        arrays = np.zeros(16, dtype=np.int32)
+        used = ctypes.c_longlong(0)
+        count = getattr(lib, f"maskc_test_plan_{b}")(ptr(row), ptr(seg_start), ptr(seg_code), ctypes.c_int(8),
+                                                      ptr(arrays), ctypes.c_longlong(16), ctypes.byref(used))
+        assert count == len(lay.starts)
+        np.testing.assert_array_equal(row, tables.seq_table[0])

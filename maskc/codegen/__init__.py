@@ -72,8 +72,10 @@ def _grids(program: ir.Program, code: MaskCode) -> dict[str, list[dict]]:
             seg = program.segment(f[5:])
             dims = []
             for d in seg.dims:
+                # At least 1, as the planner's (maskc.plan.layout.entry_grid_dims): an empty grid holds no token,
+                # but the coordinates of every token are computed, and dividing by 0 traps on the host.
                 if isinstance(d, ir.Const):
-                    dims.append(str(int(d.value)))
+                    dims.append(str(max(int(d.value), 1)))
                 else:
                     dims.append(f"imax({_seq_value_ref(code, d)}, 1)")
             out[side].append({"name": seg.name, "symbol": program.segment_index(seg.name), "dims": dims})
@@ -102,6 +104,7 @@ def render_source(program: ir.Program, options: KernelOptions, source_name: str 
     grids = _grids(program, code)
     family = options.family
     P = planner_name(program.name, options)
+    tables = frozenset(p.name for p in program.params if p.type.depth == 2)
     text = _environment().get_template("common/kernel.cu.j2").render(
         version=__version__,
         source_name=source_name or banner_name(program),
@@ -132,7 +135,7 @@ def render_source(program: ir.Program, options: KernelOptions, source_name: str 
         params=list(program.params),
         P=P,
         runtime_params=program.runtime_params,
-        host=lambda e: host_expr(e, P, [s.name for s in program.segments]),
+        host=lambda e: host_expr(e, P, [s.name for s in program.segments], tables),
         family_lists=family_lists(program),
         layout_uses_n=ir.layout_uses_n(program),
         max_members=ir.MAX_FAMILY_MEMBERS,

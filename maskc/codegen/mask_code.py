@@ -170,7 +170,7 @@ class _Builder:
             if isinstance(e.value, bool):
                 return ("true" if e.value else "false"), "bool"
             rng = Range(int(e.value), int(e.value))
-            return (f"{e.value}" if rng.fits_int32 else f"{e.value}LL"), rng.ctype
+            return c_literal(int(e.value), rng.fits_int32), rng.ctype
         if not deps:
             return self.seq_value(e, region), ("bool" if self.is_bool(e) else self.range(e, region).ctype)
         if where == "elem" and len(deps) == 1 and not isinstance(e, (ir.Token, ir.Member)):
@@ -300,6 +300,17 @@ class _Builder:
         elem = f"(k.index >= {lo} && k.index < {hi})"
         rule = (region.rule or ir.show(region.pred)) + f"  [keys {ir.show(rows.lo)} .. {ir.show(rows.hi)})"
         return RegionCode(r, rule, " && ".join(row_terms) if row_terms else "true", "true", elem)
+
+
+def c_literal(value: int, as_int: bool) -> str:
+    """An integer constant as C writes it, with the type asked for: `int` (as_int) or `long long`. C has no
+    negative literals: `-2147483648` is the long 2147483648 negated (which makes calls of the int/long long
+    overloads ambiguous) and `-9223372036854775808LL` does not fit at all, so the lowest values are written as
+    differences."""
+    suffix = "" if as_int else "LL"
+    if value in (-(2**31), -(2**63)):
+        return f"({value + 1}{suffix} - 1)"
+    return f"{value}{suffix}"
 
 
 def _cast(code: str, have: str, want: str) -> str:

@@ -160,6 +160,11 @@ def _floordiv_range(a, b):
     m = max(abs(a.lo), abs(a.hi))
     if b.lo > 0 and a.lo >= 0:
         return a.lo // b.hi, a.hi // b.lo
+    # m is 2^63, past 64 bits, only for x = -2^63, and only d = -1 reaches it (-2^63 // -1): for every other
+    # d, x // d lies in [x.lo, x.hi] (d = 1) or within |x| / 2 of 0. So without -1 among the divisors the
+    # result fits (`ir.ranges` checks this operator: INT64_MIN // -1 is refused, never wrapped).
+    if m > 2**63 - 1 and not b.lo <= -1 <= b.hi:
+        return -m, max(a.hi, (m + 1) // 2)
     return -m, m
 
 
@@ -343,9 +348,9 @@ _TABLE = (
     _arithmetic("-", 5, operator.sub, _sub_range, _monotone_box(_sub_range), "({0} - {1})", grows=True, identity=0),
     _arithmetic("*", 6, operator.mul, _mul_range, _mul_box, "({0} * {1})",
                 grows=True, identity=1, commutative=True, associative=True),
-    # |x // d| <= |x|, so it does not grow -- but for INT64_MIN // -1, which no 64-bit check here catches.
+    # |x // d| <= |x|, so it grows only for INT64_MIN // -1 (2^63): `ir.ranges` checks it too.
     _arithmetic("//", 6, _floordiv, _floordiv_range, _floordiv_box, "floordiv({0}, {1})", "{p}_div({0}, {1}, &err)",
-                c_truncating="({0} / {1})", divides=True, identity=1),
+                c_truncating="({0} / {1})", grows=True, divides=True, identity=1),
     _arithmetic("%", 6, _mod, _mod_range, _mod_box, "floormod({0}, {1})", "{p}_mod({0}, {1}, &err)",
                 c_truncating="({0} % {1})", divides=True),
     _call("min", 2, np.minimum, _min_range, _monotone_box(_min_range), commutative=True, associative=True),
