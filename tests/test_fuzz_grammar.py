@@ -471,16 +471,14 @@ def test_maskc_check_in_a_process(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Known problems (found by this fuzzer, not fixed here)
+# Problems this fuzzer found, kept as regression cases
 # ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="the parser substitutes `let` names away (maskc/front/syntax.py, "
-                   "_Builder.let_expr), so the checker never sees a binding that is not used, nor its errors")
 def test_an_unused_let_binding_is_checked_too():
     """`let x = nope + true in q < k` is accepted: `nope` is unknown and `nope + true` adds a bool, but x is
     never used. docs/language.md: unknown names and type errors are reported."""
     text = "mask m()\nsegments:\n  S = n\nrules:\n  S -> S where (let x = nope + true in q < k)\n"
     with pytest.raises(MaskError) as info:
         read_program(text, PATH)
-    assert f"{PATH}:5:23: error: unknown name 'nope'" in info.value.render()
+    assert f"{PATH}:5:25: error: unknown name 'nope'" in info.value.render()

@@ -309,6 +309,8 @@ class _Checker:
         bound = {var.text for var in (self.check_side(rule.q), self.check_side(rule.k)) if var is not None}
         if rule.where is not None:
             self.expect(rule.where, BOOL, _Scope("a predicate", frozenset(bound), rule), "a predicate")
+        for value in rule.unused_lets:  # a `let` name nothing uses: its expression must still make sense
+            self.infer(value, _Scope("a predicate", frozenset(bound), rule))
 
     def check_side(self, side: Side) -> Name | None:
         """Check one side of a rule; return the index variable it binds, if any."""

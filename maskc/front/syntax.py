@@ -287,6 +287,7 @@ class Rule:
     shape: Name | None  # "full" | "causal" | "diag"; the grammar requires a shape, a `where`, or both
     where: Expr | None
     span: Span
+    unused_lets: tuple[Expr, ...] = ()  # what `let` names in `where` bind but nothing uses: checked all the same
 
 
 @dataclass(frozen=True, slots=True)
@@ -504,6 +505,7 @@ class _Builder:
 
     def __init__(self):
         self.local_names: list[Name] = []
+        self.unused_lets: list[Expr] = []  # bindings no later binding nor the body uses (substituted), in order
         self.nodes = 0  # in the expressions built so far, against MAX_NODES
 
     def expression(self, tree) -> Expr:
@@ -593,8 +595,11 @@ class _Builder:
     def rule(self, tree):
         q, k, *rest = tree.children
         shape = next((_name(t.children[0]) for t in rest if t.data == "shape"), None)
+        first_unused = len(self.unused_lets)
         where = next((self.expression(t.children[0]) for t in rest if t.data == "where"), None)
-        return Rule(self.build(q), self.build(k), shape, where, _span(tree))
+        unused = tuple(self.unused_lets[first_unused:])
+        del self.unused_lets[first_unused:]
+        return Rule(self.build(q), self.build(k), shape, where, _span(tree), unused)
 
     def side(self, tree):
         return Side(self.build_all(tree.children), _span(tree))
@@ -677,16 +682,34 @@ class _Builder:
         array, *indices = tree.children
         return Subscript(_name(array), self.build_all(indices), _span(tree))
 
+    def _substitute_unused(self, start: int, end: int, env: dict[str, Expr]) -> None:
+        for i in range(start, end):
+            self.unused_lets[i] = substitute(self.unused_lets[i], env)
+
     def let_expr(self, tree):
         """The body with each local name replaced by its definition (which keeps its own span, so that a
         problem inside it is reported where it is written). A binding sees the bindings before it."""
         *bindings, body = tree.children
-        env: dict[str, Expr] = {}
+        names = [str(binding.children[0]) for binding in bindings]
+        # Unused bindings of inner lets, recorded while building each value and the body, see the names that
+        # value (or the body) sees: substituted below with the bindings before it (or all of them).
+        marks, values = [len(self.unused_lets)], []
         for binding in bindings:
-            name, value = binding.children
-            self.local_names.append(_name(name))
-            env[str(name)] = substitute(self.build(value), env)
-        result = substitute(self.build(body), env)
+            values.append(self.build(binding.children[1]))
+            marks.append(len(self.unused_lets))
+        body_expr = self.build(body)
+        marks.append(len(self.unused_lets))
+        env: dict[str, Expr] = {}
+        unused = []
+        for i, (binding, value) in enumerate(zip(bindings, values)):
+            self._substitute_unused(marks[i], marks[i + 1], env)
+            self.local_names.append(_name(binding.children[0]))
+            env[names[i]] = substitute(value, env)
+            if not any(uses(names[i], later) for later in (*values[i + 1:], body_expr)):
+                unused.append(env[names[i]])  # substitution drops it: the checker still reads it
+        self._substitute_unused(marks[-2], marks[-1], env)
+        self.unused_lets.extend(unused)
+        result = substitute(body_expr, env)
         # Names used twice in each binding double the result with each: refused here, before anything walks it.
         if tree_size(result) > MAX_NODES:
             raise error(_span(tree), f"this expression is too large: more than {MAX_NODES:,} nodes with its local "
@@ -732,6 +755,29 @@ def _balanced(operands: list[tuple[Expr, Span]], ops: list[str]) -> Expr:
         if factors:
             result = apply("*", result, product(factors))
     return result[0]
+
+
+def uses(name: str, e: Expr) -> bool:
+    """Whether the value `name` occurs in `e` (as `substitute` would replace it)."""
+    stack = [e]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, Name):
+            if e.text == name:
+                return True
+        elif isinstance(e, Call):
+            stack.extend(e.args)
+        elif isinstance(e, Subscript):
+            stack.extend(e.indices)
+        elif isinstance(e, UnaryOp):
+            stack.append(e.arg)
+        elif isinstance(e, BinaryOp):
+            stack.extend((e.lhs, e.rhs))
+        elif isinstance(e, Comparison):
+            stack.extend(e.operands)
+        elif isinstance(e, BoolOp):
+            stack.extend(e.args)
+    return False
 
 
 def substitute(e: Expr, env: dict[str, Expr]) -> Expr:
