@@ -35,6 +35,7 @@ from click.testing import CliRunner
 from descriptor_check import check_descriptor
 from hypothesis import HealthCheck, given, note, seed, settings
 from hypothesis import strategies as st
+from test_row_intervals import rows_visible
 from test_standalone import HARNESS as STANDALONE_HARNESS
 from test_standalone import _values_code
 
@@ -43,12 +44,10 @@ from maskc import cli
 from maskc.compiler import compile_program, compile_text
 from maskc.diagnostics import MaskError
 from maskc.front import read_program
-from maskc.ir.evaluate import evaluate
 from maskc.kernels import KernelOptions, TileKind, planner_name
-from maskc.plan.layout import segment_bounds, token_info
 from maskc.plan.planner import TileConfig, plan
 from maskc.tools.explain import choose_sequences
-from maskc.tools.reference import dense_mask, pair_env, visible
+from maskc.tools.reference import dense_mask, visible
 
 PATH = "gen.mask"
 CONFIGS = [TileConfig(16, 8), TileConfig(8, 16), TileConfig(32, 32), TileConfig(16, 16, 8), TileConfig(128, 64)]
@@ -150,22 +149,12 @@ def first_difference(got: np.ndarray, want: np.ndarray) -> str:
 def region_matrix(program, region, layout, values) -> np.ndarray:
     """The [n, n] pairs one region makes visible as the kernel evaluates it in a partial tile: through its
     row intervals (q on the side, the row condition, lo <= k < hi) where it has them, else its predicate."""
+    if region.rows is not None:
+        return rows_visible(program, region, layout, values)
     n = layout.n
     q = np.arange(n, dtype=np.int64)[:, None]
     k = np.arange(n, dtype=np.int64)[None, :]
-    if region.rows is None:
-        return visible(program, layout, values, q, k, regions=[region])
-    facts = token_info(program, layout, q)
-    params = {name: (v if isinstance(v, bool) else np.int64(v)) for name, v in values.scalars.items()}
-    params["n"] = np.int64(n)
-    env = pair_env(params, values.arrays, q, q, facts, facts)  # the row's values read only the q token
-    env.bounds = segment_bounds([s.name for s in program.segments], layout)
-    q_bits = sum(1 << program.segment_index(s) for s in region.q.segments)
-    on_side = ((q_bits >> facts["symbol"]) & 1).astype(bool)
-    row = np.broadcast_to(np.asarray(evaluate(region.rows.row, env), dtype=bool), q.shape)
-    lo = np.broadcast_to(evaluate(region.rows.lo, env), q.shape)
-    hi = np.broadcast_to(evaluate(region.rows.hi, env), q.shape)
-    return on_side & row & (k >= lo) & (k < hi)
+    return visible(program, layout, values, q, k, regions=[region])
 
 
 def implied_by_plan(program, desc, layouts, values) -> list[np.ndarray]:
