@@ -11,6 +11,7 @@ backward and their shares show which kernel to work on.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import torch
@@ -19,8 +20,10 @@ from torch.profiler import ProfilerActivity, profile
 import maskc
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-DOCS = [2053, 328, 850, 361, 2568, 1799, 1174, 5864, 2613, 5035, 6306, 3817]
-WORKLOADS = {"full": {}, "causal": {}, "hstu": {}, "shared_prompt": {}, "document": {"docs": DOCS}}
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # beside families.py, also under PYTHONSAFEPATH
+from families import WORKLOADS  # noqa: E402  (runtime values of one sequence per workload)
+
+DEFAULT_WORKLOADS = ["full", "causal", "hstu", "shared_prompt", "document"]
 
 
 def kernel_times(fn, calls: int) -> dict[str, float]:
@@ -45,7 +48,7 @@ def main():
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--calls", type=int, default=10)
     ap.add_argument("--archs", nargs="+", default=["sm_90a"], help="as bench/families.py: sm_90a, sm_90a:portable")
-    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
+    ap.add_argument("--workloads", nargs="+", default=DEFAULT_WORKLOADS)
     args = ap.parse_args()
     rows = []
     for spec in args.workloads:
