@@ -76,7 +76,8 @@ class BackwardKernels:
             return 1024 + 2 * bq * d * ELEMENT_BYTES + 2 * 2 * bk * d * ELEMENT_BYTES + bq * 4 + 8 * 5
         if self.hopper:
             per_stage = 2 * self.q_step * d * ELEMENT_BYTES + 2 * self.q_step * 4 + self.q_step * self.row_bytes
-            d_s = 2 * bk * self.q_step * ELEMENT_BYTES if self.fused else 0  # dS^T of two steps, for dQ
+            # fused: dS^T of two steps, and each consumer's share of a step's dQ (fp32 rows padded by 32 bytes)
+            d_s = 2 * bk * self.q_step * ELEMENT_BYTES + 2 * self.q_step * (d // 2 * 4 + 32) if self.fused else 0
             return 1024 + 2 * bk * d * ELEMENT_BYTES + self.stages * per_stage + d_s + 8 * (1 + 2 * self.stages)
         k_chunks = {"dq": 3, "dkdv": 2}[kernel]
         return (2 * bq + k_chunks * self.key_chunk) * d * ELEMENT_BYTES + 2 * bq * 4
