@@ -27,6 +27,8 @@ def check_transpose(desc, key_desc) -> None:
         for j in range(key_desc.col_ptr[w], key_desc.col_ptr[w + 1]):
             backward.add((int(key_desc.work_seq[w]), int(key_desc.q_tile[j]), int(key_desc.work_ktile[w]),
                           int(key_desc.kind[j])))
+            item = key_desc.q_item[j]  # where the fused pass sums this query tile's dQ
+            assert (desc.work_seq[item], desc.work_qtile[item]) == (key_desc.work_seq[w], key_desc.q_tile[j])
     assert forward == backward and len(key_desc.q_tile) == len(desc.k_tile)
     k_tiles = desc.blocks.tiles("k")
     items = sorted(zip(key_desc.work_seq.tolist(), key_desc.work_ktile.tolist()))

@@ -748,7 +748,7 @@ def test_run_backward_fails_on_a_wrong_key_descriptor(run, monkeypatch):
         keep[kd.col_ptr[1:][np.diff(kd.col_ptr) > 0] - 1] = False
         counts = np.diff(kd.col_ptr) - (np.diff(kd.col_ptr) > 0)
         return type(kd)(kd.work_seq, kd.work_ktile, np.concatenate([[0], np.cumsum(counts)]).astype(np.int32),
-                        kd.q_tile[keep], kd.kind[keep])
+                        kd.q_tile[keep], kd.kind[keep], kd.q_item[keep])
 
     monkeypatch.setattr(maskc.tools.trial, "by_key", forgetful)
     result = run("run", example("causal"), "--n", "300", "--cpu", "--backward")

@@ -181,6 +181,7 @@ KEY_DESCRIPTOR = (
     Arg("col_ptr", "const int*", "[key_items + 1]: the query tiles that see key item w are q_tiles[col_ptr[w] : col_ptr[w + 1]]"),
     Arg("q_tiles", "const int*", "query tile index inside the sequence"),
     Arg("q_kinds", "const kind_t*", "per listed query tile: its kind, as in `kinds`"),
+    Arg("q_items", "const int*", "per listed query tile: its work item in `work` (where the fused pass sums its dQ)"),
 )
 BACKWARD_ARGS = (BACKWARD_TENSORS + BACKWARD_STRIDES + HEADS
                  + (Arg("scale", "float", "softmax scale (dQ and dK are multiplied by it)", "f32"),)
@@ -193,9 +194,9 @@ SM90A_BACKWARD_ARGS = BACKWARD_ARGS + TENSOR_MAPS + (
 # The fused Hopper pass: dQ is summed over key tiles into an fp32 accumulator by the dK/dV kernel, then scaled
 # and rounded into dq by a last kernel.
 SM90A_FUSED_BACKWARD_ARGS = SM90A_BACKWARD_ARGS + (
-    Arg("dq_accum", "float*", "fp32 scratch, zeroed before the pass: the sum of dS K over key tiles, addressed like "
-                              "q with its own strides"),
-) + _strides("dq_accum", "dq_accum")
+    Arg("dq_accum", "float*", "fp32 scratch, zeroed before the pass: [work_items][num_heads][block_q * head_dim], "
+                              "each query tile's sum of dS K over key tiles, in wgmma's accumulator order"),
+)
 
 
 @dataclass(frozen=True)

@@ -76,8 +76,8 @@ class BackwardKernels:
             return 1024 + 2 * bq * d * ELEMENT_BYTES + 2 * 2 * bk * d * ELEMENT_BYTES + bq * 4 + 8 * 5
         if self.hopper:
             per_stage = 2 * self.q_step * d * ELEMENT_BYTES + 2 * self.q_step * 4 + self.q_step * self.row_bytes
-            # fused: dS^T of two steps, and each consumer's share of a step's dQ (fp32 rows padded by 32 bytes)
-            d_s = 2 * bk * self.q_step * ELEMENT_BYTES + 2 * self.q_step * (d // 2 * 4 + 32) if self.fused else 0
+            # fused: dS^T of two steps, and a step's dQ (fp32) staged for its bulk reduction
+            d_s = 2 * bk * self.q_step * ELEMENT_BYTES + self.q_step * d * 4 if self.fused else 0
             return 1024 + 2 * bk * d * ELEMENT_BYTES + self.stages * per_stage + d_s + 8 * (1 + 2 * self.stages)
         k_chunks = {"dq": 3, "dkdv": 2}[kernel]
         return (2 * bq + k_chunks * self.key_chunk) * d * ELEMENT_BYTES + 2 * bq * 4
@@ -103,7 +103,7 @@ HOPPER_FUSED_BACKWARD = BackwardKernels(
     name="hopper_fused",
     template="sm90a/attention_bwd.cu.j2",
     summary="wgmma and TMA; one kernel over key tiles computes dK, dV and each step's share of dQ, summed into "
-            "an fp32 accumulator with atomic adds (five products per tile pair instead of seven); NOT "
+            "an fp32 accumulator per query tile by bulk reductions (five products per tile pair instead of seven); NOT "
             "deterministic: the order of dQ's sums varies from run to run",
     head_dims=(128,),
     args=abi.SM90A_FUSED_BACKWARD_ARGS,

@@ -26,6 +26,7 @@ class KeyDescriptor:
     col_ptr: np.ndarray  # int32 [W + 1]: the query tiles of item w are q_tile[col_ptr[w] : col_ptr[w + 1]]
     q_tile: np.ndarray  # int32 [nnz]
     kind: np.ndarray  # like Descriptor.kind
+    q_item: np.ndarray  # int32 [nnz]: the forward work item of the same (sequence, query tile)
 
     def tiles_of(self, seq: int, ktile: int) -> tuple[np.ndarray, np.ndarray]:
         """The (query tiles, kinds) that see one key tile."""
@@ -40,6 +41,7 @@ def by_key(desc: Descriptor) -> KeyDescriptor:
     k_base = np.concatenate([[0], np.cumsum(k_tiles)]).astype(np.int64)  # global key tile of tile 0 per sequence
     per_item = np.diff(desc.row_ptr.astype(np.int64))
     seq = np.repeat(desc.work_seq.astype(np.int64), per_item)
+    item = np.repeat(np.arange(len(per_item), dtype=np.int32), per_item)
     q_tile = np.repeat(desc.work_qtile, per_item)
     global_k = k_base[seq] + desc.k_tile
     counts = np.bincount(global_k, minlength=int(k_base[-1])).astype(np.int64)
@@ -54,6 +56,7 @@ def by_key(desc: Descriptor) -> KeyDescriptor:
         col_ptr=np.concatenate([[0], np.cumsum(counts[visit])]).astype(np.int32),
         q_tile=q_tile[order].astype(np.int32),
         kind=desc.kind[order],
+        q_item=item[order],
     )
 
 
@@ -65,9 +68,10 @@ class KeyTables:
     col_ptr: np.ndarray  # int32 [W + 1]
     q_tiles: np.ndarray  # int32 [nnz]
     q_kinds: np.ndarray  # kind_t [nnz]
+    q_items: np.ndarray  # int32 [nnz]
 
     def arrays_in_order(self) -> tuple[np.ndarray, ...]:
-        return (self.key_work, self.col_ptr, self.q_tiles, self.q_kinds)
+        return (self.key_work, self.col_ptr, self.q_tiles, self.q_kinds, self.q_items)
 
 
 def key_tables(key_desc: KeyDescriptor, kind_dtype: np.dtype) -> KeyTables:
@@ -76,4 +80,5 @@ def key_tables(key_desc: KeyDescriptor, kind_dtype: np.dtype) -> KeyTables:
         col_ptr=key_desc.col_ptr,
         q_tiles=key_desc.q_tile,
         q_kinds=key_desc.kind.astype(kind_dtype, copy=False),
+        q_items=key_desc.q_item,
     )

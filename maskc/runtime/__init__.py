@@ -258,14 +258,13 @@ class Attention:
         values.update(num_heads=hq, kv_group=hq // hkv, scale_log2=x.scale * math.log2(math.e), scale=x.scale)
         values.update(zip(("work", "row_ptr", "k_tiles", "kinds", "seq_table", "seg_start", "seg_code", "arrays"),
                           (a.data.ptr for a in _upload(tables, tq.device, stream))))
-        values.update(zip(("key_work", "col_ptr", "q_tiles", "q_kinds"),
+        values.update(zip(("key_work", "col_ptr", "q_tiles", "q_kinds", "q_items"),
                           (a.data.ptr for a in _upload(key_tables, tq.device, stream))))
         bwd = options.backward
-        if bwd.fused:  # the fp32 sum of dS K over key tiles; dq_store scales and rounds it into dq
-            dq_accum = _describe(_empty_like(tq.obj, tq.shape, "float32", zeros=True), "dq_accum")
-            values["dq_accum"] = dq_accum.ptr
-            values.update(zip(("dq_accum_stride_b", "dq_accum_stride_t", "dq_accum_stride_h"),
-                              _token_strides(dq_accum, x.packed)))
+        if bwd.fused:  # per query tile and head, the fp32 sum of dS K over key tiles; dq_store rounds it into dq
+            block = options.block_q * options.head_dim
+            dq_accum = _empty_like(tq.obj, (len(desc.work_seq), hq, block), "float32", zeros=True)
+            values["dq_accum"] = _pointer(dq_accum)
         if any(a.name == "tm_q" for a in bwd.args):  # the Hopper kernels read through TMA tensor maps
             q_run, k_run = min(compiled.tiling.run("q"), bwd.q_step), compiled.tiling.run("k")
             values.update(_tensor_maps(options, x.packed, {"q": (tq, q_run), "dout": (tdo, q_run), "k": (tk, k_run),
