@@ -287,6 +287,12 @@ def family_options(family: str) -> dict:
     return {} if arch is None else {"arch": arch}
 
 
+def maskc_options(args) -> dict:
+    """maskc.load's options from the command line: the family's arch, and the backward pass if one is named."""
+    chosen = {"backward_kernels": args.backward_kernels} if args.backward_kernels else {}
+    return family_options(args.family) | chosen
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -296,6 +302,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=f"systems (default: all). One of: {', '.join(SYSTEMS)}")
     p.add_argument("--family", choices=list(FAMILIES), default="auto",
                    help="maskc kernel family: auto (no arch), sm80 (arch='sm_80'), sm90a (arch='sm_90a')")
+    p.add_argument("--backward-kernels", choices=("portable", "hopper", "hopper_fused"), default=None,
+                   help="maskc's backward pass (default: maskc's choice for the options; docs/training.md)")
     p.add_argument("--head-dim", type=int, choices=(64, 128, 256), default=128)
     p.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
     p.add_argument("--heads", type=int, default=16)
@@ -569,7 +577,7 @@ class Context:
         self.heads, self.head_dim, self.rows = args.heads, args.head_dim, args.rows
         self.dtype_name = args.dtype
         self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
-        self.arch = family_options(args.family)
+        self.maskc_options = maskc_options(args)
         self.backward = args.backward
         self.systems = list(args.systems)
         self.unavailable: dict[str, str] = {}
@@ -728,7 +736,7 @@ def prepare_maskc(w: Workload, inp: Inputs, ctx: Context) -> Prepared:
 
     import maskc
 
-    attn = maskc.load(EXAMPLES / f"{w.name}.mask", head_dim=ctx.head_dim, dtype=ctx.dtype_name, **ctx.arch, **w.consts)
+    attn = maskc.load(EXAMPLES / f"{w.name}.mask", head_dim=ctx.head_dim, dtype=ctx.dtype_name, **ctx.maskc_options, **w.consts)
     params = w.maskc_params()
     plan_ms = []
     for _ in range(10):
@@ -1004,13 +1012,13 @@ def first_call_maskc(ctx: Context) -> dict:
         try:
             with contextlib.suppress(ImportError):
                 import cupy  # noqa: F401 - as in a process that has used maskc before
-            maskc_first_call(text, n, ctx.heads, ctx.head_dim, ctx.dtype_name, ctx.arch, cold)
+            maskc_first_call(text, n, ctx.heads, ctx.head_dim, ctx.dtype_name, ctx.maskc_options, cold)
             cold["cache_files_after"] = len(_cache_files(cache))
         except Exception as exc:  # noqa: BLE001
             cold["error"] = _short(exc)
         config = cache / "child.json"
         config.write_text(json.dumps({"text": text, "n": n, "heads": ctx.heads, "head_dim": ctx.head_dim,
-                                      "dtype": ctx.dtype_name, "arch": ctx.arch}))
+                                      "dtype": ctx.dtype_name, "arch": ctx.maskc_options}))
         out["maskc_warm_cache"] = _run_child(config)
     finally:
         if saved is None:
@@ -1185,7 +1193,7 @@ def _dist_version(*names: str) -> str | None:
 
 def settings(args) -> dict:
     return {"workloads": args.workloads, "systems": args.systems, "family": args.family,
-            "maskc_options": family_options(args.family), "head_dim": args.head_dim, "dtype": args.dtype,
+            "maskc_options": maskc_options(args), "head_dim": args.head_dim, "dtype": args.dtype,
             "heads": args.heads, "n": args.n, "rows": args.rows, "sweep": args.sweep, "first_call": args.first_call,
             "do_bench": BENCH, "sweep_n": list(SWEEP_N), "flex": "torch.compile(flex_attention, dynamic=False)",
             "pass_rule": "max|O - O_ref| <= 2 x max|O_lowprec_torch - O_ref| + 1e-5 on sampled rows",
