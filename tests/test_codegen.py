@@ -200,7 +200,7 @@ def test_hopper_pipeline_depth_is_an_option_checked_against_shared_memory():
 
 @pytest.mark.parametrize("arch, family", [("sm_80", "sm80"), ("sm_90a", "sm90a")])
 def test_every_file_carries_the_backward_kernels_and_their_launch(arch, family):
-    options = KernelOptions(arch=arch)
+    options = KernelOptions(arch=arch, backward_kernels=None if arch == "sm_80" else "hopper")  # the pairs
     c = compiled("document", options)
     dq, dkdv = c.backward_names
     assert (dq, dkdv) == (f"maskc_document_bwd_dq_{family}_hd128_bf16", f"maskc_document_bwd_dkdv_{family}_hd128_bf16")
@@ -213,6 +213,18 @@ def test_every_file_carries_the_backward_kernels_and_their_launch(arch, family):
     assert "#ifndef MASKC_BACKWARD_ONLY" in c.source and "!defined(MASKC_FORWARD_ONLY)" in c.source
 
 
+def test_the_fused_pass_carries_its_three_kernels_and_their_launch():
+    options = KernelOptions(arch="sm_90a")  # the default at head dim 128
+    c = compiled("document", options)
+    prep, dkdv, dq_store = c.backward_names
+    assert (prep, dkdv, dq_store) == tuple(f"maskc_document_bwd_{k}_sm90a_hd128_bf16" for k in ("prep", "dkdv", "dq_store"))
+    for name in c.backward_names:
+        assert re.search(rf'extern "C" __global__ void __launch_bounds__\([^)]*\) {name}\(', c.source)
+    assert f"// Backward: {prep}, {dkdv}, then {dq_store}, on one stream, with the same arguments" in c.source
+    assert f"{options.backward.shared_memory_bytes(options, 'dkdv')} bytes (dK/dV), none for the others" in c.source
+    assert "dq_accum" in c.source and "[work_items][num_heads][block_q * head_dim]" in c.source
+
+
 def test_head_dim_256_has_no_backward_yet_and_says_so():
     c = compiled("causal", KernelOptions(head_dim=256, arch="sm_90a"))
     assert c.options.backward is None and "// Backward: none for head dim 256" in c.source
@@ -222,7 +234,11 @@ def test_head_dim_256_has_no_backward_yet_and_says_so():
 
 
 def test_the_backward_kernels_are_an_option_checked_against_the_family():
-    assert KernelOptions(arch="sm_90a").backward.name == "hopper"  # measured faster than the portable one
+    # the fastest measured where it applies: the fused pass at head dim 128 (not deterministic), else the pair
+    assert KernelOptions(arch="sm_90a").backward.name == "hopper_fused"
+    assert not KernelOptions(arch="sm_90a").backward.deterministic
+    assert KernelOptions(arch="sm_90a", head_dim=64).backward.name == "hopper"
+    assert KernelOptions(arch="sm_90a", backward_kernels="hopper").backward.deterministic
     assert KernelOptions(arch="sm_90a", backward_kernels="portable").backward.name == "portable"
     assert KernelOptions(arch="sm_90a", key_tile=64).backward.name == "portable"
     with pytest.raises(ValueError, match=r"backward_kernels must be one of \['portable'\] for head dim 128 and key tile "

@@ -9,6 +9,7 @@ after the producers of q, k and v like any other operation on that stream.
 from __future__ import annotations
 
 import math
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
@@ -225,14 +226,17 @@ class Attention:
         outputs `out` and `lse`, and `d_out`, the gradient of the loss with respect to `out`, returns
         `(dq, dk, dv)` shaped like q, k and v (dk and dv summed over the query heads that share a key head).
 
-        Deterministic (no atomics: the same inputs give the same bits) unless the options chose the fused
-        Hopper pass (`backward_kernels="hopper_fused"`). This is the pair CuPy users call
+        Deterministic (the same inputs give the same bits) unless the options' backward pass is the fused
+        Hopper one (`backward_kernels="hopper_fused"`, sm_90a's default at head dim 128), whose dq differs in
+        its last bits from run to run. This is the pair CuPy users call
         by hand; with torch tensors that require grad, calling `attn` records it for autograd instead."""
         compiled, options = self.compiled, self.compiled.options
         if options.backward is None:
             compiled.backward_cubin  # raises: no backward kernels for these options
         x = self._inputs(q, k, v, cu_seqlens, scale, params)
         tq, tk, tv = x.q, x.k, x.v
+        if tq.library == "torch" and not options.backward.deterministic:
+            _honour_torch_determinism(options.backward.name)
         to, tdo = _describe(out, "out"), _describe(d_out, "d_out")
         for t in (to, tdo):
             if t.shape != tq.shape or t.dtype != tq.dtype or t.device != tq.device or t.library != tq.library:
@@ -461,6 +465,22 @@ def _tensor_key(x) -> tuple:
     if type(x).__module__.startswith("torch"):
         return (x.data_ptr(), x.shape, x.stride(), x.dtype, x.device)
     return (x.data.ptr, x.shape, x.strides, x.dtype.str, x.device.id)
+
+
+def _honour_torch_determinism(backward_name: str) -> None:
+    """Under torch.use_deterministic_algorithms(True), refuse a backward pass that cannot give the same bits
+    twice (or warn, in warn-only mode), as PyTorch's own operations do."""
+    import torch
+
+    if not torch.are_deterministic_algorithms_enabled():
+        return
+    message = (f"maskc's {backward_name!r} backward pass is not deterministic (dq's partial sums are added in a "
+               "varying order), and torch.use_deterministic_algorithms(True) is set: load the mask with "
+               'backward_kernels="hopper" for a deterministic pass')
+    if torch.is_deterministic_algorithms_warn_only_enabled():
+        warnings.warn(message, stacklevel=3)
+    else:
+        raise RuntimeError(message)
 
 
 def _pointer(x) -> int:

@@ -333,6 +333,8 @@ class BackwardRun:
     step_milliseconds: float  # forward and backward
     tflops: float  # the backward counted as 2.5 forward passes
     step_tflops: float
+    kernels: str  # which backward pass ran (BackwardKernels.name)
+    deterministic: bool
 
     @property
     def passed(self) -> bool:
@@ -346,6 +348,9 @@ class BackwardRun:
             *(["  NaN in a gradient"] if self.nan else []),
             f"  backward {self.milliseconds:.3f} ms, {self.tflops:.1f} TFLOP/s effective (2.5 x the forward's work); "
             f"forward + backward {self.step_milliseconds:.3f} ms, {self.step_tflops:.1f} TFLOP/s",
+            f"  backward pass {self.kernels}: " + ("deterministic" if self.deterministic else
+                                                   "not deterministic (dq's sums are added in a varying order; "
+                                                   "--backward-kernels hopper is deterministic)"),
         ]
 
 
@@ -413,7 +418,9 @@ def run_on_gpu(program: ir.Program, consts: dict[str, object], sequences: list[d
         step_ms = _median_ms(lambda: (launch(), launch_backward()))
         run.backward = BackwardRun(**checked, milliseconds=back_ms, step_milliseconds=step_ms,
                                    tflops=_tflops(2.5 * forward_flops, back_ms),
-                                   step_tflops=_tflops(3.5 * forward_flops, step_ms))
+                                   step_tflops=_tflops(3.5 * forward_flops, step_ms),
+                                   kernels=attn.compiled.options.backward.name,
+                                   deterministic=attn.compiled.options.backward.deterministic)
     return run
 
 

@@ -28,7 +28,7 @@ def passes() -> list[tuple[str, str | None]]:
     major, minor = torch.cuda.get_device_capability()
     found = [(f"sm_{major}{minor}", None)]
     if (major, minor) == (9, 0):
-        found += [("sm_90a", None), ("sm_90a", "portable"), ("sm_90a", "hopper_fused")]
+        found += [("sm_90a", None), ("sm_90a", "portable"), ("sm_90a", "hopper")]
     return found
 
 

@@ -49,11 +49,11 @@ def reference_grads(q, k, v, d_out, mask, scale, upcast: bool):
     return [x.grad for x in leaves]
 
 
-# Every backward pass the GPU can run: each family's default (on Hopper: the Hopper kernels), and on Hopper also
-# the portable kernels built for sm_90a (the fallback for 64-key tiles) and the fused (atomic dQ) pass.
+# Every backward pass the GPU can run: each family's default (on Hopper at head dim 128: the fused pass), and on
+# Hopper also the deterministic Hopper pair and the portable kernels built for sm_90a (the fallback for 64-key
+# tiles).
 PASSES = [(arch, None) for arch in FAMILIES] + (
-    [("sm_90a", "portable"), ("sm_90a", "hopper_fused")] if "sm_90a" in FAMILIES else [])
-NONDETERMINISTIC = {"hopper_fused"}  # dQ's sums are added atomically, in a varying order
+    [("sm_90a", "hopper"), ("sm_90a", "portable")] if "sm_90a" in FAMILIES else [])
 PASS_IDS = [f"{arch}-{kernels or 'default'}" for arch, kernels in PASSES]
 
 
@@ -151,7 +151,8 @@ def test_backward_is_deterministic_and_the_cupy_pair_matches_autograd(backward):
     out, lse = attn(q, k, v, return_lse=True, **call)
     first = attn.backward(q, k, v, out, lse, d_out, **call)
     second = attn.backward(q, k, v, out, lse, d_out, **call)
-    exact = (kernels not in NONDETERMINISTIC, True, True)  # the fused pass: dk and dv still are
+    # a pass that is not deterministic adds dQ's sums in a varying order; dK and dV are always exact
+    exact = (attn.compiled.options.backward.deterministic, True, True)
     for a, b, same_bits in zip(first, second, exact):
         if same_bits:
             assert torch.equal(a, b), "the backward pass must give the same bits on the same inputs"
@@ -167,6 +168,27 @@ def test_backward_is_deterministic_and_the_cupy_pair_matches_autograd(backward):
             assert torch.equal(a, torch.from_dlpack(b)), "CuPy and torch take the same kernels"
         else:
             torch.testing.assert_close(a, torch.from_dlpack(b), rtol=1e-2, atol=1e-3)
+
+
+@pytest.mark.skipif("sm_90a" not in FAMILIES, reason="the pass that is not deterministic is Hopper's")
+def test_torch_deterministic_mode_refuses_the_pass_that_is_not():
+    attn, tensors, call, _, _ = make_case("causal", arch="sm_90a", backward_kernels="hopper_fused")
+    q, k, v, d_out = tensors
+    out, lse = attn(q, k, v, return_lse=True, **call)
+    try:
+        torch.use_deterministic_algorithms(True)
+        with pytest.raises(RuntimeError, match='not deterministic .* backward_kernels="hopper"'):
+            attn.backward(q, k, v, out, lse, d_out, **call)
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        with pytest.warns(UserWarning, match="not deterministic"):
+            attn.backward(q, k, v, out, lse, d_out, **call)
+        exact, tensors, call, _, _ = make_case("causal", arch="sm_90a", backward_kernels="hopper")
+        q, k, v, d_out = tensors
+        out, lse = exact(q, k, v, return_lse=True, **call)
+        torch.use_deterministic_algorithms(True)
+        exact.backward(q, k, v, out, lse, d_out, **call)  # the deterministic pass runs as usual
+    finally:
+        torch.use_deterministic_algorithms(False)
 
 
 def test_backward_checks_its_inputs():
