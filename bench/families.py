@@ -52,7 +52,7 @@ def main():
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--archs", nargs="+", default=["sm_90", "sm_90a"],
                     help="kernel variants: an arch, optionally with :kN (N-key tiles), :sN (N K/V stages) and "
-                         ":hopper or :portable (which backward kernels)")
+                         ":hopper_fused, :hopper or :portable (which backward kernels)")
     ap.add_argument("--backward", action="store_true", help="also time the backward pass")
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
     args = ap.parse_args()
@@ -68,7 +68,7 @@ def main():
             # "sm_90a:k64:s3": the Hopper family with 64-key tiles and a three-stage K/V pipeline
             arch_name, *extras = arch.split(":")
             names = {"k": "key_tile", "s": "kv_stages"}
-            passes = {"hopper", "portable"}  # backward kernels by name
+            passes = set(maskc.kernels.BACKWARD_PASSES)  # backward kernels by name
             options = {"arch": arch_name, **{names[e[0]]: int(e[1:]) for e in extras if e not in passes}}
             options.update({"backward_kernels": e for e in extras if e in passes})
             if args.head_dim not in maskc.kernels.KernelOptions(arch=arch_name).family.head_dims:

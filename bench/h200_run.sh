@@ -6,7 +6,7 @@
 #
 # STAGES picks what runs (default: the first four, ~10 minutes; the GPU tool allows 10 minutes a command, so split
 # a session into calls: STAGES="tests examples plan", then STAGES=bench, then STAGES=training).
-# training: both backward passes side by side (bench/families.py --backward), the harness's --backward table for
+# training: every backward pass side by side (bench/families.py --backward), the harness's --backward table for
 # maskc and Flex-Triton, and 100 steps of examples/train_reward_model.py (training.log, train.png). HARNESS_ARGS adds options to
 # bench/harness.py (e.g. "--family sm90a"); MASKC_COMMIT names the commit when .git does not travel.
 set -uo pipefail
@@ -48,7 +48,7 @@ if has plan; then
 fi
 
 if has training; then
-    timeout 150 python3 bench/families.py --backward --archs sm_90a sm_90a:portable \
+    timeout 150 python3 bench/families.py --backward --archs sm_90a sm_90a:hopper sm_90a:portable \
         --workloads causal document shared_prompt > "$OUT/training.log" 2>&1
     timeout 240 python3 bench/harness.py --backward --systems maskc flex-triton \
         --workloads causal document rm_shared --json "$OUT/bench_backward.json" >> "$OUT/training.log" 2>&1

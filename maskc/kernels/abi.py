@@ -168,8 +168,8 @@ BACKWARD_TENSORS = TENSORS + (
     Arg("o", "const u16*", "the forward's output, addressed like q"),
     Arg("dout", "const u16*", "the gradient of the loss with respect to o, addressed like q"),
     Arg("lse", "const float*", "the forward's log-sum-exp, as the forward writes it"),
-    Arg("delta", "float*", "scratch written by the dQ kernel, read by the dK/dV kernel: rowsum(dout * o), "
-                           "addressed like lse"),
+    Arg("delta", "float*", "scratch written by the dQ kernel (the fused pass: prep), read by the dK/dV kernel: "
+                           "rowsum(dout * o), addressed like lse"),
     Arg("dq", "u16*", "gradient of q (written), addressed like q"),
     Arg("dk", "u16*", "gradient of k (written), addressed like k; summed over the query heads of a key head"),
     Arg("dv", "u16*", "gradient of v (written), addressed like v"),
