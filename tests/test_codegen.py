@@ -246,6 +246,8 @@ def test_the_backward_kernels_are_an_option_checked_against_the_family():
         KernelOptions(arch="sm_90a", key_tile=64, backward_kernels="hopper")
     with pytest.raises(ValueError, match=r"backward_kernels must be one of \['portable'\] .* on sm_80"):
         KernelOptions(arch="sm_80", backward_kernels="hopper")
+    with pytest.raises(ValueError, match=r"backward_kernels='hopper': there is no backward pass for head dim 256"):
+        KernelOptions(arch="sm_90a", head_dim=256, backward_kernels="hopper")
     c = compiled("causal", KernelOptions(arch="sm_90a", backward_kernels="hopper"))
     assert "block = (384, 1, 1)" in c.source and "tm_dout" in c.source
 
