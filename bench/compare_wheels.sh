@@ -9,7 +9,7 @@
 #   OUT=... bash bench/compare_wheels.sh main fused-split-barrier      (the GPU tool: carry .whl)
 set -uo pipefail
 OUT=${OUT:-compare-results}
-TESTS=${TESTS:-fused or hopper}
+TESTS=${TESTS:-sm_90a and not portable}  # the default (fused at hd128) and the Hopper pair
 ARCHS=${ARCHS:-sm_90a sm_90a:hopper}
 WORKLOADS=${WORKLOADS:-causal hstu shared_prompt document}
 mkdir -p "$OUT"
