@@ -223,6 +223,10 @@ def test_torch_compile_captures_the_call_and_new_runtime_values_do_not_recompile
         compiled(*leaves, cu, torch.tensor(window)).backward()
         eager = [x.clone().requires_grad_(True) for x in base]
         loss_of(*eager, cu, window).backward()
-        for a, b in zip(leaves, eager):
-            assert torch.equal(a.grad, b.grad)
+        exact = (attn.compiled.options.backward.deterministic, True, True)  # dq of the fused pass varies
+        for a, b, same_bits in zip(leaves, eager, exact):
+            if same_bits:
+                assert torch.equal(a.grad, b.grad)
+            else:
+                torch.testing.assert_close(a.grad, b.grad, rtol=1e-2, atol=1e-3)
     assert counter.frame_count == 1, f"compiled {counter.frame_count} times"
