@@ -34,8 +34,11 @@ def test_loads_splits_kernel_options_from_const_values(attn):
     assert attn.compiled.options == KernelOptions(head_dim=64, dtype="fp16", arch="sm_80")
     assert dict(attn.program.consts) == {"w": 4}
     assert "sp" in repr(attn) and "head_dim=64" in repr(attn) and "fp16" in repr(attn)
+    assert "backward=portable (deterministic)" in repr(attn)
     other = maskc.loads(SHARED_PROMPT, w=9, arch="sm_80")
     assert dict(other.program.consts) == {"w": 9} and other.compiled.options.head_dim == 128
+    assert "backward=hopper_fused (not deterministic)" in repr(maskc.loads(SHARED_PROMPT, arch="sm_90a"))
+    assert "backward=none" in repr(maskc.loads(SHARED_PROMPT, arch="sm_90a", head_dim=256))
     options, consts = split_options({"head_dim": 64, "w": 3})
     assert options.arch == "sm_90a" and consts == {"w": 3}  # no GPU here: the most common target, Hopper
 

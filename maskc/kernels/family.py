@@ -259,7 +259,8 @@ class KernelOptions:
                              f"(the {family.name} kernels), got {self.key_tile}")
         if self.backward_kernels is not None and self.backward is None:
             names = [b.name for b in self.family.backward if b.supports(self)]
-            where = f"for head dim {self.head_dim} and key tile {self.tile[1]} on {self.arch} (the {family.name} kernels)"
+            where = (f"for head dim {self.head_dim} and key tile {self.tile[1]} on {self.arch} "
+                     f"(the {family.name} kernels)")
             if not names:
                 raise ValueError(f"backward_kernels={self.backward_kernels!r}: there is no backward pass {where}")
             raise ValueError(f"backward_kernels must be one of {names} {where}, got {self.backward_kernels!r}")

@@ -109,7 +109,10 @@ class Attention:
 
     def __repr__(self) -> str:
         o = self.compiled.options
-        return f"<maskc.Attention {self.program.name}: head_dim={o.head_dim} dtype={o.dtype} arch={o.arch}>"
+        b = o.backward
+        backward = "none" if b is None else f"{b.name} ({'' if b.deterministic else 'not '}deterministic)"
+        return (f"<maskc.Attention {self.program.name}: head_dim={o.head_dim} dtype={o.dtype} arch={o.arch} "
+                f"backward={backward}>")
 
     # -- the call -------------------------------------------------------------------------------------
 
