@@ -166,6 +166,7 @@ def main() -> int:
     device = torch.device("cuda")
     head_dim = args.width // args.heads
     attn = maskc.load(MASK, head_dim=head_dim, dtype="bf16")
+    print(attn, flush=True)  # its kernel family and backward pass
     rng = np.random.default_rng(args.seed)
     chain = rng.dirichlet(np.full(args.vocab, 0.05), size=args.vocab)  # a peaked Markov chain: learnable
     batches = [make_batch(rng, args.tokens, chain, device) for _ in range(args.steps)]

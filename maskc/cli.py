@@ -118,6 +118,10 @@ class ParamAssignment(click.ParamType):
             self.fail(f"{name}: {exc}, got {text.strip()!r}", param, ctx)
 
 
+DETERMINISTIC_HELP = ("A backward pass that gives the same bits on the same inputs (the fastest such one; sm_90a's "
+                      "default at head dim 128 is not).")
+
+
 def param_option(help_text: str):
     return click.option("--param", "params", type=ParamAssignment(), multiple=True, metavar="NAME=VALUE",
                         help=help_text + " Values are written as in the language: 12, 32_768, true, a list "
@@ -263,10 +267,11 @@ def cli():
 @click.option("--backward-kernels", type=click.Choice(BACKWARD_PASSES),
               help="Which backward pass the file carries (default: the family's best for these options; "
                    "docs/training.md).")
+@click.option("--deterministic", is_flag=True, help=DETERMINISTIC_HELP)
 @param_option("Value of a const parameter, compiled in (repeatable). Runtime parameters are call arguments, "
               "not compile options.")
 @reporting_errors
-def compile_command(masks, output, emit, arch, head_dim, dtype, backward_kernels, params):
+def compile_command(masks, output, emit, arch, head_dim, dtype, backward_kernels, deterministic, params):
     """Compile each MASK ('-' reads stdin) into a kernel for one architecture, head dim and dtype.
 
     With several masks, a mask with an error is reported and the others are still written; the exit code
@@ -283,7 +288,8 @@ def compile_command(masks, output, emit, arch, head_dim, dtype, backward_kernels
     if output == "-" and emit == "cubin" and stdout_is_terminal():
         raise click.UsageError("a cubin is binary: redirect stdout to a file, or give -o FILE")
     try:
-        options = KernelOptions(int(head_dim), dtype, arch, backward_kernels=backward_kernels)
+        options = KernelOptions(int(head_dim), dtype, arch, backward_kernels=backward_kernels,
+                                deterministic=deterministic)
     except ValueError as exc:  # an option the chosen kernel family does not support
         raise click.UsageError(str(exc)) from None
     failed = False
@@ -433,10 +439,11 @@ def explain_command(mask, n, params, png, dump_mask, dump_batch):
               "float32 autograd and time the backward and forward + backward.")
 @click.option("--backward-kernels", type=click.Choice(BACKWARD_PASSES),
               help="Which backward pass (default: the family's best for these options; docs/training.md).")
+@click.option("--deterministic", is_flag=True, help=DETERMINISTIC_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @reporting_errors
 def run_command(mask, n, params, batch, heads, kv_heads, head_dim, dtype, arch, seed, force_cpu, backward,
-                backward_kernels, as_json):
+                backward_kernels, deterministic, as_json):
     """Run MASK on fresh random inputs and check the result.
 
     On a GPU (PyTorch and CuPy installed): launch the kernel, compare with float32 attention (every row of
@@ -461,11 +468,12 @@ def run_command(mask, n, params, batch, heads, kv_heads, head_dim, dtype, arch, 
         with naming_the_file(mask):
             result = trial.run_on_gpu(program, consts, sequences, origin, heads=heads, kv_heads=kv_heads or heads,
                                       head_dim=int(head_dim), dtype=dtype, seed=seed, arch=arch, backward=backward,
-                                      backward_kernels=backward_kernels)
+                                      backward_kernels=backward_kernels, deterministic=deterministic)
     else:
         click.echo(f"maskc run: no GPU run ({problem}); checking on the CPU instead", err=True)
         try:
-            options = KernelOptions(int(head_dim), dtype, arch or "sm_90", backward_kernels=backward_kernels)
+            options = KernelOptions(int(head_dim), dtype, arch or "sm_90", backward_kernels=backward_kernels,
+                                    deterministic=deterministic)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
         compiled = compile_program(program, options, consts)

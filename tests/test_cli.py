@@ -888,6 +888,11 @@ def test_compile_chooses_the_backward_pass(run, tmp_path):
     assert "maskc_causal_bwd_dq_sm90a" not in text  # the deterministic pair's dQ kernel is not in this file
     result = run("compile", example("causal"), "-o", out, "--arch", "sm_90a", "--backward-kernels", "portable")
     assert result.exit_code == 0 and "maskc_causal_bwd_dq_sm90a_hd128_bf16" in out.read_text()
+    result = run("compile", example("causal"), "-o", out, "--arch", "sm_90a", "--deterministic")
+    assert result.exit_code == 0 and "deterministic (no atomics)" in out.read_text()  # the Hopper pair
+    result = run("compile", example("causal"), "-o", out, "--arch", "sm_90a", "--deterministic",
+                 "--backward-kernels", "hopper_fused")
+    assert result.exit_code == 2 and "'hopper_fused' is not deterministic" in result.stderr
     result = run("compile", example("causal"), "-o", out, "--arch", "sm_90a", "--head-dim", "64",
                  "--backward-kernels", "hopper_fused")
     assert result.exit_code == 2 and "backward_kernels must be one of ['hopper', 'portable']" in result.stderr

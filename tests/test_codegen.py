@@ -239,6 +239,12 @@ def test_the_backward_kernels_are_an_option_checked_against_the_family():
     assert not KernelOptions(arch="sm_90a").backward.deterministic
     assert KernelOptions(arch="sm_90a", head_dim=64).backward.name == "hopper"
     assert KernelOptions(arch="sm_90a", backward_kernels="hopper").backward.deterministic
+    # deterministic=True: the fastest pass that is, on any arch; never with a pass that is not
+    assert KernelOptions(arch="sm_90a", deterministic=True).backward.name == "hopper"
+    assert KernelOptions(arch="sm_80", deterministic=True).backward.name == "portable"
+    assert KernelOptions(arch="sm_90a", key_tile=64, deterministic=True).backward.name == "portable"
+    with pytest.raises(ValueError, match="backward_kernels='hopper_fused' is not deterministic"):
+        KernelOptions(arch="sm_90a", deterministic=True, backward_kernels="hopper_fused")
     assert KernelOptions(arch="sm_90a", backward_kernels="portable").backward.name == "portable"
     assert KernelOptions(arch="sm_90a", key_tile=64).backward.name == "portable"
     with pytest.raises(ValueError, match=r"backward_kernels must be one of \['portable'\] for head dim 128 and key tile "

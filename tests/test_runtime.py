@@ -39,6 +39,7 @@ def test_loads_splits_kernel_options_from_const_values(attn):
     assert dict(other.program.consts) == {"w": 9} and other.compiled.options.head_dim == 128
     assert "backward=hopper_fused (not deterministic)" in repr(maskc.loads(SHARED_PROMPT, arch="sm_90a"))
     assert "backward=none" in repr(maskc.loads(SHARED_PROMPT, arch="sm_90a", head_dim=256))
+    assert "backward=hopper (deterministic)" in repr(maskc.loads(SHARED_PROMPT, arch="sm_90a", deterministic=True))
     options, consts = split_options({"head_dim": 64, "w": 3})
     assert options.arch == "sm_90a" and consts == {"w": 3}  # no GPU here: the most common target, Hopper
 
@@ -56,7 +57,8 @@ def test_load_refuses_runtime_values_and_unknown_names():
     for typo in ("windw", "head_dims"):
         with pytest.raises(ValueError, match=f"mask sliding_window has no parameter or option '{typo}': load-time "
                                              r"keywords are kernel options \(head_dim, dtype, arch, key_tile, "
-                                             r"kv_stages, backward_kernels\) and const parameters \(sliding_window has none\)"):
+                                             r"kv_stages, backward_kernels, deterministic\) and const parameters "
+                                             r"\(sliding_window has none\)"):
             maskc.load(examples / "sliding_window.mask", **{typo: 3})
     assert dict(maskc.loads(SHARED_PROMPT, w=5, arch="sm_80").program.consts) == {"w": 5}
 

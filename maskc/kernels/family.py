@@ -242,6 +242,7 @@ class KernelOptions:
     key_tile: int | None = None  # keys per tile; None: the family's default for this head dim
     kv_stages: int | None = None  # depth of the K/V pipeline; None: the family's default
     backward_kernels: str | None = None  # which backward pass (BackwardKernels.name); None: the family's default
+    deterministic: bool = False  # a backward pass that gives the same bits twice (the fastest such pass)
     family: KernelFamily = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -257,6 +258,10 @@ class KernelOptions:
         if self.key_tile is not None and self.key_tile not in allowed:
             raise ValueError(f"key_tile must be one of {allowed} for head dim {self.head_dim} on {self.arch} "
                              f"(the {family.name} kernels), got {self.key_tile}")
+        named = next((b for b in family.backward if b.name == self.backward_kernels), None)
+        if self.deterministic and named is not None and not named.deterministic:
+            raise ValueError(f"backward_kernels={self.backward_kernels!r} is not deterministic; the deterministic "
+                             "option asks for a pass that is")
         if self.backward_kernels is not None and self.backward is None:
             names = [b.name for b in self.family.backward if b.supports(self)]
             where = (f"for head dim {self.head_dim} and key tile {self.tile[1]} on {self.arch} "
@@ -275,9 +280,10 @@ class KernelOptions:
     @property
     def backward(self) -> BackwardKernels | None:
         """The backward kernels for these options: the one named by `backward_kernels`, else the family's
-        first that supports them; None where none does (head dim 256)."""
+        first that supports them (and is deterministic, if asked); None where none does (head dim 256)."""
         chosen = [b for b in self.family.backward if b.supports(self)
-                  and (self.backward_kernels is None or b.name == self.backward_kernels)]
+                  and (self.backward_kernels is None or b.name == self.backward_kernels)
+                  and (b.deterministic or not self.deterministic)]
         return chosen[0] if chosen else None
 
     def kv_stages_or(self, default: int) -> int:

@@ -231,7 +231,7 @@ class Attention:
 
         Deterministic (the same inputs give the same bits) unless the options' backward pass is the fused
         Hopper one (`backward_kernels="hopper_fused"`, sm_90a's default at head dim 128), whose dq differs in
-        its last bits from run to run. This is the pair CuPy users call
+        its last bits from run to run; `load(..., deterministic=True)` chooses a pass that is not. This is the pair CuPy users call
         by hand; with torch tensors that require grad, calling `attn` records it for autograd instead."""
         compiled, options = self.compiled, self.compiled.options
         if options.backward is None:
@@ -479,7 +479,7 @@ def _honour_torch_determinism(backward_name: str) -> None:
         return
     message = (f"maskc's {backward_name!r} backward pass is not deterministic (dq's partial sums are added in a "
                "varying order), and torch.use_deterministic_algorithms(True) is set: load the mask with "
-               'backward_kernels="hopper" for a deterministic pass')
+               "deterministic=True (or backward_kernels=\"hopper\") for a deterministic pass")
     if torch.is_deterministic_algorithms_warn_only_enabled():
         warnings.warn(message, stacklevel=3)
     else:
@@ -612,7 +612,7 @@ def _load(program, options: dict) -> Attention:
     return Attention(compile_program(program, kernel_options, consts))
 
 
-KERNEL_OPTIONS = ("head_dim", "dtype", "arch", "key_tile", "kv_stages", "backward_kernels")
+KERNEL_OPTIONS = ("head_dim", "dtype", "arch", "key_tile", "kv_stages", "backward_kernels", "deterministic")
 
 
 def split_options(options: dict, program=None) -> tuple:

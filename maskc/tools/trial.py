@@ -356,14 +356,15 @@ class BackwardRun:
 
 def run_on_gpu(program: ir.Program, consts: dict[str, object], sequences: list[dict[str, object]], origin: str, *,
                heads: int, kv_heads: int, head_dim: int, dtype: str, seed: int, arch: str | None = None,
-               backward: bool = False, backward_kernels: str | None = None) -> GpuRun:
+               backward: bool = False, backward_kernels: str | None = None, deterministic: bool = False) -> GpuRun:
     import torch
 
     from maskc.runtime import Attention, default_arch
 
     if kv_heads < 1 or heads % kv_heads:
         raise ValueError(f"--heads ({heads}) must be a multiple of --kv-heads ({kv_heads})")
-    options = KernelOptions(head_dim, dtype, arch or default_arch(program, head_dim), backward_kernels=backward_kernels)
+    options = KernelOptions(head_dim, dtype, arch or default_arch(program, head_dim), backward_kernels=backward_kernels,
+                            deterministic=deterministic)
     compiled = compile_program(program, options, consts)
     program = compiled.program  # with the const values bound: what the reference evaluates
     attn = Attention(compiled)
