@@ -46,8 +46,9 @@ def test_key_descriptor_is_the_transpose(name, config):
     check_transpose(desc, by_key(desc))
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["pair", "fused"])
 @pytest.mark.parametrize("name", sorted(SMALL))
-def test_simulated_backward_matches_dense_gradients(name):
+def test_simulated_backward_matches_dense_gradients(name, fused):
     compiled, values, layouts, masks = example(name)
     desc = plan(compiled.program, layouts, values, TileConfig(16, 8))
     rng = np.random.default_rng(sorted(SMALL).index(name))
@@ -57,7 +58,8 @@ def test_simulated_backward_matches_dense_gradients(name):
     forward = [attention(q[b], k[b], v[b], masks[b], scale) for b in range(len(layouts))]
     o = [f[0].astype(np.float32) for f in forward]
     lse = [f[1] for f in forward]
-    dq, dk, dv = simulate_backward(compiled.program, desc, by_key(desc), layouts, values, q, k, v, o, lse, d_out, scale)
+    dq, dk, dv = simulate_backward(compiled.program, desc, by_key(desc), layouts, values, q, k, v, o, lse, d_out, scale,
+                                   fused=fused)
     for b, mask in enumerate(masks):
         want = attention_backward(q[b], k[b], v[b], mask, scale, d_out[b])
         for got, ref, what in zip((dq[b], dk[b], dv[b]), want, ("dQ", "dK", "dV")):

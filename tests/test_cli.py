@@ -737,6 +737,9 @@ def test_run_backward_on_the_cpu_checks_the_gradients_model(run):
     assert re.search(r"gradients +max \|dX - dX_ref\| / max \|dX_ref\| = \S+ over dq, dk, dv", result.stdout)
     long = run("run", example("causal"), "--cpu", "--backward").stdout
     assert "gradients    not checked: 32,768 tokens" in long
+    # sm_90a at head dim 128: the CPU model of the fused pass (dQ summed per query tile's work item)
+    fused = run("run", example("document"), "--param", "docs=[300, 5, 250]", "--cpu", "--backward", "--arch", "sm_90a")
+    assert fused.exit_code == 0 and fused.stdout.splitlines()[-1] == "passed", fused.stdout + fused.stderr
 
 
 def test_run_backward_fails_on_a_wrong_key_descriptor(run, monkeypatch):

@@ -112,14 +112,17 @@ def attention_backward(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.nda
 
 
 def simulate_backward(program: ir.Program, desc, key_desc, layouts: list[ConcreteLayout],
-                      values: list[SequenceValues], q, k, v, o, lse, d_out, scale: float):
+                      values: list[SequenceValues], q, k, v, o, lse, d_out, scale: float, fused: bool = False):
     """A CPU model of the backward kernels' tile loops, in float32, per sequence (lists of [n, D] arrays;
     lse [n] in natural log, -inf for rows that see no key):
 
     - the dQ kernel: per query tile of `desc`, delta = rowsum(dO * O), then over the listed key tiles
       P = exp2(S * scale * log2 e - LSE * log2 e), dS = P * (dO V^T - delta), dQ += scale * dS K;
     - the dK/dV kernel: per key tile of `key_desc` (the transpose), over the listed query tiles,
-      dV += P^T dO and dK += scale * dS^T Q.
+      dV += P^T dO and dK += scale * dS^T Q;
+    - `fused` (the fused pass): no dQ kernel; the dK/dV loop also adds dS K into the block of the listed
+      query tile's forward work item (`key_desc.q_item`), by slot, and a last loop copies each work item's
+      block to its tokens' rows (dq_store).
 
     Full tiles apply no mask, partial tiles only the regions their kind names, as in the forward model.
     If this matches the dense gradients, both lists and the recomputation from LSE are right."""
@@ -133,27 +136,39 @@ def simulate_backward(program: ir.Program, desc, key_desc, layouts: list[Concret
     delta = [(d_out[b].astype(np.float32) * o[b].astype(np.float32)).sum(axis=1) for b in range(len(layouts))]
 
     def tile_grads(b, q_tile, k_tile, kind):
-        """(rows, cols, P, dS) of one tile pair, rows and cols the tokens with a slot."""
+        """(rows, cols, P, dS, slots) of one tile pair, rows and cols the tokens with a slot, `slots` the
+        query slots of `rows`."""
         rows = desc.tokens("q", b, np.array([q_tile]))[0]
         cols = desc.tokens("k", b, np.array([k_tile]))[0]
-        rows, cols = rows[rows >= 0], cols[cols >= 0]
+        slots = np.nonzero(rows >= 0)[0]
+        rows, cols = rows[slots], cols[cols >= 0]
         s = (q[b][rows].astype(np.float32) @ k[b][cols].astype(np.float32).T) * scale_log2
         if kind != TileKind.FULL:
             chosen = [program.regions[r] for r in TileKind.rules(kind)]
             s = np.where(visible(program, layouts[b], values[b], rows[:, None], cols[None, :], regions=chosen), s, -np.inf)
         p = np.exp2(s - lse2[b][rows][:, None])
         d_p = d_out[b][rows].astype(np.float32) @ v[b][cols].astype(np.float32).T
-        return rows, cols, p, p * (d_p - delta[b][rows][:, None])
+        return rows, cols, p, p * (d_p - delta[b][rows][:, None]), slots
 
-    for w in range(len(desc.work_seq)):
+    for w in range(len(desc.work_seq) if not fused else 0):
         b, qt = int(desc.work_seq[w]), int(desc.work_qtile[w])
         for j in range(desc.row_ptr[w], desc.row_ptr[w + 1]):
-            rows, cols, _, d_s = tile_grads(b, qt, int(desc.k_tile[j]), int(desc.kind[j]))
+            rows, cols, _, d_s, _ = tile_grads(b, qt, int(desc.k_tile[j]), int(desc.kind[j]))
             dqs[b][rows] += scale * (d_s @ k[b][cols].astype(np.float32))
+    # The fused pass's dq_accum: per forward work item, a block of block_q slots.
+    blocks = {}
     for w in range(len(key_desc.work_seq)):
         b, kt = int(key_desc.work_seq[w]), int(key_desc.work_ktile[w])
         for j in range(key_desc.col_ptr[w], key_desc.col_ptr[w + 1]):
-            rows, cols, p, d_s = tile_grads(b, int(key_desc.q_tile[j]), kt, int(key_desc.kind[j]))
+            rows, cols, p, d_s, slots = tile_grads(b, int(key_desc.q_tile[j]), kt, int(key_desc.kind[j]))
             dvs[b][cols] += p.T @ d_out[b][rows].astype(np.float32)
             dks[b][cols] += scale * (d_s.T @ q[b][rows].astype(np.float32))
+            if fused:
+                item = int(key_desc.q_item[j])
+                block = blocks.setdefault(item, np.zeros((desc.config.block_q, q[b].shape[1]), np.float32))
+                block[slots] += scale * (d_s @ k[b][cols].astype(np.float32))
+    for item, block in blocks.items():  # dq_store: the work item's own tile, as the forward descriptor says
+        b = int(desc.work_seq[item])
+        rows = desc.tokens("q", b, np.array([int(desc.work_qtile[item])]))[0]
+        dqs[b][rows[rows >= 0]] = block[rows >= 0]
     return dqs, dks, dvs

@@ -233,14 +233,16 @@ def run_on_cpu(compiled: CompiledMask, sequences: list[dict[str, object]], origi
 
 
 def _cpu_grad_error(compiled, desc, layouts, values, qs, ks, vs, scale, rng) -> float:
-    """The CPU model of the backward kernels against dense float64 gradients, every row and key."""
+    """The CPU model of the backward kernels (of the options' pass) against dense float64 gradients, every row
+    and key."""
     program = compiled.program
     masks = [visible(program, lay, val, np.arange(lay.n)[:, None], np.arange(lay.n)[None, :])
              for lay, val in zip(layouts, values)]
     forward = [attention(qs[b], ks[b], vs[b], masks[b], scale) for b in range(len(layouts))]
     d_out = [rng.standard_normal(x.shape, dtype=np.float32) for x in qs]
     got = simulate_backward(program, desc, by_key(desc), layouts, values, qs, ks, vs,
-                            [f[0].astype(np.float32) for f in forward], [f[1] for f in forward], d_out, scale)
+                            [f[0].astype(np.float32) for f in forward], [f[1] for f in forward], d_out, scale,
+                            fused=compiled.options.backward.fused)
     worst = 0.0
     for b in range(len(layouts)):
         want = attention_backward(qs[b], ks[b], vs[b], masks[b], scale, d_out[b])
