@@ -182,7 +182,8 @@ def test_torch_deterministic_mode_refuses_the_pass_that_is_not():
         torch.use_deterministic_algorithms(True, warn_only=True)
         with pytest.warns(UserWarning, match="not deterministic"):
             attn.backward(q, k, v, out, lse, d_out, **call)
-        exact, tensors, call, _, _ = make_case("causal", arch="sm_90a", backward_kernels="hopper")
+        exact, tensors, call, _, _ = make_case("causal", arch="sm_90a", deterministic=True)
+        assert exact.compiled.options.backward.name == "hopper"
         q, k, v, d_out = tensors
         out, lse = exact(q, k, v, return_lse=True, **call)
         torch.use_deterministic_algorithms(True)
