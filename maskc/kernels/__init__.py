@@ -16,5 +16,5 @@ from maskc.kernels.family import (
     planner_name,
 )
 
-__all__ = ["ARCHS", "BACKWARD_PASSES", "DTYPES", "FAMILIES", "HEAD_DIMS", "SM80", "SM90A", "Arg", "KernelFamily", "KernelOptions",
-           "SeqTable", "TileKind", "family_for", "kernel_name", "planner_name"]
+__all__ = ["ARCHS", "BACKWARD_PASSES", "DTYPES", "FAMILIES", "HEAD_DIMS", "SM80", "SM90A", "Arg", "KernelFamily",
+           "KernelOptions", "SeqTable", "TileKind", "family_for", "kernel_name", "planner_name"]

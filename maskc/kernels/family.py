@@ -34,8 +34,9 @@ class BackwardKernels:
     `stages` buffers.
 
     The fused Hopper pass (not deterministic): `prep` writes delta, the dK/dV kernel also adds each step's
-    dS K into an fp32 dQ accumulator (atomic adds, so the order of the sums varies from run to run), and
-    `dq_store` scales and rounds it into dq: five matrix products per tile pair instead of seven."""
+    dS K into an fp32 block per query tile (bulk reductions from many CTAs, so the order of the sums varies
+    from run to run), and `dq_store` scales and rounds it into dq: five matrix products per tile pair instead
+    of seven."""
 
     name: str  # the option that selects it (KernelOptions.backward_kernels)
     template: str  # under templates/
@@ -61,7 +62,7 @@ class BackwardKernels:
 
     def threads(self, kernel: str) -> int:
         if kernel in ("prep", "dq_store"):
-            return 256  # two threads a row of a 128-row query tile
+            return 256  # prep: two threads a row of a 128-row query tile; dq_store: one per consumer thread
         return 384 if self.hopper else 128
 
     def shared_memory_bytes(self, options: KernelOptions, kernel: str) -> int:
@@ -103,8 +104,8 @@ HOPPER_FUSED_BACKWARD = BackwardKernels(
     name="hopper_fused",
     template="sm90a/attention_bwd.cu.j2",
     summary="wgmma and TMA; one kernel over key tiles computes dK, dV and each step's share of dQ, summed into "
-            "an fp32 accumulator per query tile by bulk reductions (five products per tile pair instead of seven); NOT "
-            "deterministic: the order of dQ's sums varies from run to run",
+            "an fp32 accumulator per query tile by bulk reductions (five products per tile pair instead of "
+            "seven); NOT deterministic: the order of dQ's sums varies from run to run",
     head_dims=(128,),
     args=abi.SM90A_FUSED_BACKWARD_ARGS,
     hopper=True,

@@ -231,15 +231,16 @@ class Attention:
 
         Deterministic (the same inputs give the same bits) unless the options' backward pass is the fused
         Hopper one (`backward_kernels="hopper_fused"`, sm_90a's default at head dim 128), whose dq differs in
-        its last bits from run to run; `load(..., deterministic=True)` chooses a pass that is not. This is the pair CuPy users call
-        by hand; with torch tensors that require grad, calling `attn` records it for autograd instead."""
-        compiled, options = self.compiled, self.compiled.options
-        if options.backward is None:
+        its last bits from run to run; `load(..., deterministic=True)` chooses a pass that is deterministic.
+        This is the pair CuPy users call by hand; with torch tensors that require grad, calling `attn` records
+        it for autograd instead."""
+        compiled, options, bwd = self.compiled, self.compiled.options, self.compiled.options.backward
+        if bwd is None:
             compiled.backward_cubin  # raises: no backward kernels for these options
         x = self._inputs(q, k, v, cu_seqlens, scale, params)
         tq, tk, tv = x.q, x.k, x.v
-        if tq.library == "torch" and not options.backward.deterministic:
-            _honour_torch_determinism(options.backward.name)
+        if tq.library == "torch" and not bwd.deterministic:
+            _honour_torch_determinism(bwd.name)
         to, tdo = _describe(out, "out"), _describe(d_out, "d_out")
         for t in (to, tdo):
             if t.shape != tq.shape or t.dtype != tq.dtype or t.device != tq.device or t.library != tq.library:
@@ -267,7 +268,6 @@ class Attention:
                           (a.data.ptr for a in _upload(tables, tq.device, stream))))
         values.update(zip(("key_work", "col_ptr", "q_tiles", "q_kinds", "q_items"),
                           (a.data.ptr for a in _upload(key_tables, tq.device, stream))))
-        bwd = options.backward
         if bwd.fused:  # per query tile and head, the fp32 sum of dS K over key tiles; dq_store rounds it into dq
             block = options.block_q * options.head_dim
             dq_accum = _empty_like(tq.obj, (len(desc.work_seq), hq, block), "float32", zeros=True)

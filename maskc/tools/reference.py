@@ -150,11 +150,12 @@ def simulate_backward(program: ir.Program, desc, key_desc, layouts: list[Concret
         d_p = d_out[b][rows].astype(np.float32) @ v[b][cols].astype(np.float32).T
         return rows, cols, p, p * (d_p - delta[b][rows][:, None]), slots
 
-    for w in range(len(desc.work_seq) if not fused else 0):
-        b, qt = int(desc.work_seq[w]), int(desc.work_qtile[w])
-        for j in range(desc.row_ptr[w], desc.row_ptr[w + 1]):
-            rows, cols, _, d_s, _ = tile_grads(b, qt, int(desc.k_tile[j]), int(desc.kind[j]))
-            dqs[b][rows] += scale * (d_s @ k[b][cols].astype(np.float32))
+    if not fused:  # the dQ kernel (the fused pass sums dQ in the dK/dV loop below)
+        for w in range(len(desc.work_seq)):
+            b, qt = int(desc.work_seq[w]), int(desc.work_qtile[w])
+            for j in range(desc.row_ptr[w], desc.row_ptr[w + 1]):
+                rows, cols, _, d_s, _ = tile_grads(b, qt, int(desc.k_tile[j]), int(desc.kind[j]))
+                dqs[b][rows] += scale * (d_s @ k[b][cols].astype(np.float32))
     # The fused pass's dq_accum: per forward work item, a block of block_q slots.
     blocks = {}
     for w in range(len(key_desc.work_seq)):

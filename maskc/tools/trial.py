@@ -352,7 +352,7 @@ class BackwardRun:
             f"forward + backward {self.step_milliseconds:.3f} ms, {self.step_tflops:.1f} TFLOP/s",
             f"  backward pass {self.kernels}: " + ("deterministic" if self.deterministic else
                                                    "not deterministic (dq's sums are added in a varying order; "
-                                                   "--backward-kernels hopper is deterministic)"),
+                                                   "--deterministic picks a pass that is)"),
         ]
 
 

@@ -62,6 +62,17 @@ def make_case(name, **kw):
     return make_kernel_case(name, tensors=4, **kw)
 
 
+def assert_same_gradients(attn, got, want, message: str) -> None:
+    """(dq, dk, dv) twice from the same inputs: the same bits, except dq of a pass that is not deterministic
+    (it adds dQ's partial sums in a varying order), which must agree closely."""
+    exact = (attn.compiled.options.backward.deterministic, True, True)
+    for a, b, same_bits in zip(got, want, exact):
+        if same_bits:
+            assert torch.equal(a, b), message
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-3)
+
+
 def poison_allocator():
     """Fill memory the caching allocator will hand out next with NaN: every gradient element must be written."""
     junk = torch.full((64 << 20,), float("nan"), device="cuda", dtype=torch.float32)
@@ -151,23 +162,13 @@ def test_backward_is_deterministic_and_the_cupy_pair_matches_autograd(backward):
     out, lse = attn(q, k, v, return_lse=True, **call)
     first = attn.backward(q, k, v, out, lse, d_out, **call)
     second = attn.backward(q, k, v, out, lse, d_out, **call)
-    # a pass that is not deterministic adds dQ's sums in a varying order; dK and dV are always exact
-    exact = (attn.compiled.options.backward.deterministic, True, True)
-    for a, b, same_bits in zip(first, second, exact):
-        if same_bits:
-            assert torch.equal(a, b), "the backward pass must give the same bits on the same inputs"
-        else:
-            torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-3)
+    assert_same_gradients(attn, first, second, "the backward pass must give the same bits on the same inputs")
     as_cupy = [cupy.from_dlpack(x) for x in (q, k, v, d_out)]
     cu = cupy.asarray(call["cu_seqlens"].numpy())
     params = {name: value for name, value in call.items() if name != "cu_seqlens"}
     o_c, lse_c = attn(*as_cupy[:3], cu_seqlens=cu, return_lse=True, **params)
     grads_c = attn.backward(*as_cupy[:3], o_c, lse_c, as_cupy[3], cu_seqlens=cu, **params)
-    for a, b, same_bits in zip(first, grads_c, exact):
-        if same_bits:
-            assert torch.equal(a, torch.from_dlpack(b)), "CuPy and torch take the same kernels"
-        else:
-            torch.testing.assert_close(a, torch.from_dlpack(b), rtol=1e-2, atol=1e-3)
+    assert_same_gradients(attn, first, [torch.from_dlpack(g) for g in grads_c], "CuPy and torch take the same kernels")
 
 
 @pytest.mark.skipif("sm_90a" not in FAMILIES, reason="the pass that is not deterministic is Hopper's")
@@ -224,10 +225,5 @@ def test_torch_compile_captures_the_call_and_new_runtime_values_do_not_recompile
         compiled(*leaves, cu, torch.tensor(window)).backward()
         eager = [x.clone().requires_grad_(True) for x in base]
         loss_of(*eager, cu, window).backward()
-        exact = (attn.compiled.options.backward.deterministic, True, True)  # dq of the fused pass varies
-        for a, b, same_bits in zip(leaves, eager, exact):
-            if same_bits:
-                assert torch.equal(a.grad, b.grad)
-            else:
-                torch.testing.assert_close(a.grad, b.grad, rtol=1e-2, atol=1e-3)
+        assert_same_gradients(attn, [x.grad for x in leaves], [x.grad for x in eager], "compiled and eager differ")
     assert counter.frame_count == 1, f"compiled {counter.frame_count} times"
