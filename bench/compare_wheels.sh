@@ -16,7 +16,7 @@ mkdir -p "$OUT"
 export PYTHONSAFEPATH=1 PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
 for name in "$@"; do
     rm -rf /tmp/site /tmp/maskc-compare-cache
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+    python3 -m pip install -q --no-index --no-deps --no-cache-dir --target /tmp/site \
         .whl/deps/*.whl ".whl/$name"/*.whl || { echo "$name: install failed"; continue; }
     export MASKC_CACHE_DIR=/tmp/maskc-compare-cache MASKC_COMMIT=$name
     timeout "${TEST_TIMEOUT:-120}" python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider -W ignore::DeprecationWarning \

@@ -14,7 +14,7 @@ OUT=${OUT:-h200-results}
 STAGES=${STAGES:-tests examples plan bench}
 mkdir -p "$OUT"
 rm -rf /tmp/site  # a warm machine keeps the last session's install: never test a stale wheel
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site PYTHONSAFEPATH=1 PYTHONUNBUFFERED=1 PATH=/tmp/site/bin:$PATH
 export MASKC_CACHE_DIR=${MASKC_CACHE_DIR:-/tmp/maskc-cache}
 export MASKC_COMMIT=${MASKC_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}
