@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -121,7 +123,6 @@ def test_list_reads_in_arithmetic_compile(cache):
 def test_a_new_process_reuses_the_parser_tables_and_compiled_templates(tmp_path):
     """The LALR tables and the compiled templates are kept in the cache directory, so that a new process
     does not rebuild them (most of its first compile); an unwritable directory only turns that off."""
-    import subprocess
     import sys
 
     script = ("import sys; from maskc.compiler import compile_file; from maskc.kernels import KernelOptions;"
@@ -153,3 +154,36 @@ def test_ptxas_keeps_the_hopper_kernels_wgmma_pipelines(name, cubins):
     time: a wgmma issued in a branch, or too few registers, does that (it happened once, see docs/hopper.md)."""
     c = compile_file(EXAMPLES / f"{name}.mask", KernelOptions(arch="sm_90a"), SMALL[name][0])
     assert WGMMA_PIPELINE_NOTES.findall(c.build().log) == []
+
+
+def _cuobjdump() -> str | None:
+    """cuobjdump from the nvidia-cuda-cuobjdump wheel (a test dependency), else one on PATH."""
+    try:
+        import nvidia
+    except ImportError:
+        return shutil.which("cuobjdump")
+    found = [p / "cu13" / "bin" / "cuobjdump" for p in map(Path, nvidia.__path__)]
+    return next((str(p) for p in found if p.is_file()), shutil.which("cuobjdump"))
+
+
+@pytest.mark.parametrize(("name", "head_dim"), [("causal", 128), ("document", 64)])
+def test_the_hopper_forward_runs_its_softmax_under_its_own_p_v(name, head_dim, cache):
+    """In the sm_90a forward's loop, after the wait for S (`WARPGROUP.DEPBAR.LE gsb0, 0x1`: P V still in flight)
+    come the tile's exponentials, and only then the wait for P V (`... 0x0`). ptxas is free to hoist that wait
+    above them -- it did, and the softmax then ran after P V instead of under it (docs/hopper.md, v4): a kernel
+    as correct as before and ~5% slower, which only the SASS shows."""
+    tool = _cuobjdump()
+    if tool is None:
+        pytest.skip("no cuobjdump (pip install nvidia-cuda-cuobjdump)")
+    c = compile_file(EXAMPLES / f"{name}.mask", KernelOptions(arch="sm_90a", head_dim=head_dim), SMALL[name][0])
+    sass = subprocess.run([tool, "-sass", "-fun", c.name, str(c.build("cubin", "fwd").path)],
+                          capture_output=True, text=True, check=True).stdout
+    ops = re.findall(r"(WARPGROUP\.DEPBAR\.LE gsb0, 0x[01]|MUFU\.EX2)", sass)
+    exponentials = KernelOptions(arch="sm_90a", head_dim=head_dim).block_k // 2  # a thread's share of a tile
+    overlapped = []  # per wait for S with P V in flight: the exponentials before the wait for P V
+    for i, op in enumerate(ops):
+        if op.endswith("0x1"):
+            following = ops[i + 1:]
+            end = next((j for j, o in enumerate(following) if o.endswith("0x0")), len(following))
+            overlapped.append(following[:end].count("MUFU.EX2"))
+    assert overlapped and min(overlapped) >= exponentials, overlapped
