@@ -156,14 +156,21 @@ def test_ptxas_keeps_the_hopper_kernels_wgmma_pipelines(name, cubins):
     assert WGMMA_PIPELINE_NOTES.findall(c.build().log) == []
 
 
-def _cuobjdump() -> str | None:
-    """cuobjdump from the nvidia-cuda-cuobjdump wheel (a test dependency), else one on PATH."""
-    try:
-        import nvidia
-    except ImportError:
-        return shutil.which("cuobjdump")
-    found = [p / "cu13" / "bin" / "cuobjdump" for p in map(Path, nvidia.__path__)]
-    return next((str(p) for p in found if p.is_file()), shutil.which("cuobjdump"))
+def _sass_tools() -> tuple[str, dict] | None:
+    """cuobjdump and the environment it finds nvdisasm in (it disassembles with it): from the wheels
+    nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm (test dependencies), else from PATH; None without both."""
+    found = {}
+    for tool in ("cuobjdump", "nvdisasm"):
+        try:
+            import nvidia
+
+            paths = [p / "cu13" / "bin" / tool for p in map(Path, nvidia.__path__)]
+        except ImportError:
+            paths = []
+        found[tool] = next((str(p) for p in paths if p.is_file()), shutil.which(tool))
+    if None in found.values():
+        return None
+    return found["cuobjdump"], dict(os.environ, NVDISASM_PATH=str(Path(found["nvdisasm"]).parent))
 
 
 @pytest.mark.parametrize(("name", "head_dim"), [("causal", 128), ("document", 64)])
@@ -172,12 +179,15 @@ def test_the_hopper_forward_runs_its_softmax_under_its_own_p_v(name, head_dim, c
     come the tile's exponentials, and only then the wait for P V (`... 0x0`). ptxas is free to hoist that wait
     above them -- it did, and the softmax then ran after P V instead of under it (docs/hopper.md, v4): a kernel
     as correct as before and ~5% slower, which only the SASS shows."""
-    tool = _cuobjdump()
-    if tool is None:
-        pytest.skip("no cuobjdump (pip install nvidia-cuda-cuobjdump)")
+    tools = _sass_tools()
+    if tools is None:
+        pytest.skip("no cuobjdump and nvdisasm (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+    cuobjdump, env = tools
     c = compile_file(EXAMPLES / f"{name}.mask", KernelOptions(arch="sm_90a", head_dim=head_dim), SMALL[name][0])
-    sass = subprocess.run([tool, "-sass", "-fun", c.name, str(c.build("cubin", "fwd").path)],
-                          capture_output=True, text=True, check=True).stdout
+    run = subprocess.run([cuobjdump, "-sass", "-fun", c.name, str(c.build("cubin", "fwd").path)],
+                         capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr
+    sass = run.stdout
     ops = re.findall(r"(WARPGROUP\.DEPBAR\.LE gsb0, 0x[01]|MUFU\.EX2)", sass)
     exponentials = KernelOptions(arch="sm_90a", head_dim=head_dim).block_k // 2  # a thread's share of a tile
     overlapped = []  # per wait for S with P V in flight: the exponentials before the wait for P V
