@@ -997,8 +997,8 @@ def child_main(config_path: str) -> None:
     before = _cache_files(cache)
     res = maskc_first_call(cfg["text"], cfg["n"], cfg["heads"], cfg["head_dim"], cfg["dtype"], cfg["arch"], {})
     new = _cache_files(cache) - before
-    res.update(import_ms=1e3 * (t1 - t0), maskc_import_ms=1e3 * (t1 - t_maskc), cuda_init_ms=1e3 * (t2 - t1), cache_files_before=len(before),
-               new_cache_files=len(new), cache_hit=len(new) == 0)
+    res.update(import_ms=1e3 * (t1 - t0), maskc_import_ms=1e3 * (t1 - t_maskc), cuda_init_ms=1e3 * (t2 - t1),
+               cache_files_before=len(before), new_cache_files=len(new), cache_hit=len(new) == 0)
     print(json.dumps(res), flush=True)
 
 

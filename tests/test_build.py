@@ -159,18 +159,17 @@ def test_ptxas_keeps_the_hopper_kernels_wgmma_pipelines(name, cubins):
 def _sass_tools() -> tuple[str, dict] | None:
     """cuobjdump and the environment it finds nvdisasm in (it disassembles with it): from the wheels
     nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm (test dependencies), else from PATH; None without both."""
-    found = {}
-    for tool in ("cuobjdump", "nvdisasm"):
-        try:
-            import nvidia
+    try:
+        import nvidia
 
-            paths = [p / "cu13" / "bin" / tool for p in map(Path, nvidia.__path__)]
-        except ImportError:
-            paths = []
-        found[tool] = next((str(p) for p in paths if p.is_file()), shutil.which(tool))
-    if None in found.values():
+        wheel_bins = [Path(p) / "cu13" / "bin" for p in nvidia.__path__]
+    except ImportError:
+        wheel_bins = []
+    cuobjdump, nvdisasm = (next((str(d / tool) for d in wheel_bins if (d / tool).is_file()), shutil.which(tool))
+                           for tool in ("cuobjdump", "nvdisasm"))
+    if cuobjdump is None or nvdisasm is None:
         return None
-    return found["cuobjdump"], dict(os.environ, NVDISASM_PATH=str(Path(found["nvdisasm"]).parent))
+    return cuobjdump, dict(os.environ, NVDISASM_PATH=str(Path(nvdisasm).parent))
 
 
 @pytest.mark.parametrize(("name", "head_dim"), [("causal", 128), ("document", 64)])
@@ -189,7 +188,7 @@ def test_the_hopper_forward_runs_its_softmax_under_its_own_p_v(name, head_dim, c
     assert run.returncode == 0, run.stderr
     sass = run.stdout
     ops = re.findall(r"(WARPGROUP\.DEPBAR\.LE gsb0, 0x[01]|MUFU\.EX2)", sass)
-    exponentials = KernelOptions(arch="sm_90a", head_dim=head_dim).block_k // 2  # a thread's share of a tile
+    exponentials = c.options.block_k // 2  # a thread's share of a tile
     overlapped = []  # per wait for S with P V in flight: the exponentials before the wait for P V
     for i, op in enumerate(ops):
         if op.endswith("0x1"):
