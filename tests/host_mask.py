@@ -25,6 +25,24 @@ extern "C" void maskc_eval_all(const i64* seq_table, const int* seg_start, const
     }
 }
 
+// The same pairs as the kernels reach them: key tile by key tile, each column through its tile's slots and
+// the segment that tile_segment() found for the whole tile.
+extern "C" void maskc_eval_by_tiles(const i64* seq_table, const int* seg_start, const int* seg_code, const int* arrays,
+                                    int b, int n, int k_tiles, int k_slots, unsigned char* out) {
+    const MaskSeq s = mask_seq(seq_table, seg_start, seg_code, arrays, b);
+    for (int q = 0; q < n; ++q) {
+        const MaskRow row = mask_row(s, q);
+        for (int t = 0; t < k_tiles; ++t) {
+            const TileSlots keys = k_tile_slots(s, t);
+            const SegmentAt segment = tile_segment(s, keys);
+            for (int c = 0; c < k_slots; ++c) {
+                const int k = slot_token(keys, c);
+                if (k >= 0) out[(long long)q * n + k] = mask_visible(s, row, mask_col(s, k, segment), 0xffffffffu);
+            }
+        }
+    }
+}
+
 extern "C" void maskc_tokens(const i64* seq_table, const int* seg_start, const int* seg_code, const int* arrays,
                              int b, int side, int tiles, int slots, int* out) {
     const MaskSeq s = mask_seq(seq_table, seg_start, seg_code, arrays, b);
@@ -59,6 +77,15 @@ def evaluate_all(lib: ctypes.CDLL, tables, b: int, n: int) -> np.ndarray:
     return out.astype(bool)
 
 
+def evaluate_by_tiles(lib: ctypes.CDLL, tables, b: int, n: int, k_tiles: int, k_slots: int) -> np.ndarray:
+    out = np.zeros((n, n), dtype=np.uint8)
+    arrays = [np.ascontiguousarray(a) for a in (tables.seq_table, tables.seg_start, tables.seg_code, tables.arrays)]
+    ptrs = [a.ctypes.data_as(ctypes.c_void_p) for a in arrays]
+    lib.maskc_eval_by_tiles(*ptrs, ctypes.c_int(b), ctypes.c_int(n), ctypes.c_int(k_tiles), ctypes.c_int(k_slots),
+                            out.ctypes.data_as(ctypes.c_void_p))
+    return out.astype(bool)
+
+
 def tokens(lib: ctypes.CDLL, tables, b: int, side: str, tiles: int, slots: int) -> np.ndarray:
     out = np.zeros((tiles, slots), dtype=np.int32)
     arrays = [np.ascontiguousarray(a) for a in (tables.seq_table, tables.seg_start, tables.seg_code, tables.arrays)]
@@ -73,8 +100,9 @@ def workdir() -> Path:
 
 
 def check_generated_code(compiled, sequences, workdir: Path, note: str = "") -> None:
-    """The generated mask code (compiled for the host) equals the exact mask on every pair, and its
-    q_token / k_token equal the planner's tiles, for every sequence."""
+    """The generated mask code (compiled for the host) equals the exact mask on every pair, both token by
+    token and tile by tile as the kernels evaluate it, and its q_token / k_token equal the planner's tiles,
+    for every sequence."""
     from maskc.tools.reference import dense_mask
 
     lib = build(compiled.source, workdir)
@@ -87,6 +115,11 @@ def check_generated_code(compiled, sequences, workdir: Path, note: str = "") -> 
             q, k = np.argwhere(got != want)[0]
             raise AssertionError(f"sequence {b}: the generated code says {got[q, k]} at (q={q}, k={k}), "
                                  f"the exact mask {want[q, k]}{note}")
+        by_tiles = evaluate_by_tiles(lib, tables, b, lay.n, int(desc.blocks.tiles("k")[b]), compiled.options.block_k)
+        if not np.array_equal(by_tiles, want):
+            q, k = np.argwhere(by_tiles != want)[0]
+            raise AssertionError(f"sequence {b}: the generated code, tile by tile, says {by_tiles[q, k]} at (q={q}, "
+                                 f"k={k}), the exact mask {want[q, k]}{note}")
         for side, size in (("q", compiled.options.block_q), ("k", compiled.options.block_k)):
             count = int(desc.blocks.tiles(side)[b])
             assert np.array_equal(tokens(lib, tables, b, side, count, size), desc.tokens(side, b, np.arange(count))), \
