@@ -365,7 +365,7 @@ def run_on_gpu(program: ir.Program, consts: dict[str, object], sequences: list[d
 
     if kv_heads < 1 or heads % kv_heads:
         raise ValueError(f"--heads ({heads}) must be a multiple of --kv-heads ({kv_heads})")
-    options = KernelOptions(head_dim, dtype, arch or default_arch(program, head_dim), backward_kernels=backward_kernels,
+    options = KernelOptions(head_dim, dtype, arch or default_arch(head_dim), backward_kernels=backward_kernels,
                             deterministic=deterministic)
     compiled = compile_program(program, options, consts)
     program = compiled.program  # with the const values bound: what the reference evaluates
