@@ -25,8 +25,8 @@ extern "C" void maskc_eval_all(const i64* seq_table, const int* seg_start, const
     }
 }
 
-// The same pairs as the kernels reach them: key tile by key tile, each column through its tile's slots and,
-// where tile_segment() finds one segment for the whole tile, that segment.
+// The same pairs as the kernels reach them: key tile by key tile, each column through its tile's slots and
+// tile_column() (the tile's segment where every tile lies in one).
 extern "C" void maskc_eval_by_tiles(const i64* seq_table, const int* seg_start, const int* seg_code, const int* arrays,
                                     int b, int n, int k_tiles, int k_slots, unsigned char* out) {
     const MaskSeq s = mask_seq(seq_table, seg_start, seg_code, arrays, b);
@@ -38,8 +38,7 @@ extern "C" void maskc_eval_by_tiles(const i64* seq_table, const int* seg_start, 
             for (int c = 0; c < k_slots; ++c) {
                 const int k = slot_token(keys, c);
                 if (k < 0) continue;
-                const MaskCol col = segment.index >= 0 ? mask_col(s, k, segment) : mask_col(s, k);
-                out[(long long)q * n + k] = mask_visible(s, row, col, 0xffffffffu);
+                out[(long long)q * n + k] = mask_visible(s, row, tile_column(s, k, segment), 0xffffffffu);
             }
         }
     }
