@@ -384,10 +384,14 @@ def defaults_are_complete(program: ir.Program, sequences: list[dict[str, object]
 @click.option("--dump-batch", type=click.Path(dir_okay=False, writable=True), metavar="FILE",
               help="Write the exact mask of the whole packed batch as a .npz file: 'mask' [T, T], block-diagonal, "
                    "and 'cu_seqlens' [B + 1] (T <= 16384).")
+@click.option("--arch", type=click.Choice(ARCHS), default="sm_90", show_default=True,
+              help="Kernel family whose tiles to count: sm_80 or sm_90, the portable kernels' tiles of 128 x 64 "
+                   "(the sizes quoted under --n are for these); sm_90a, the Hopper kernels' 128 x 128 (and their "
+                   "grid boxes), what maskc runs on an H100/H200.")
 @reporting_errors
-def explain_command(mask, n, params, png, dump_mask, dump_batch):
+def explain_command(mask, n, params, png, dump_mask, dump_batch, arch):
     """Explain what maskc makes of MASK: the IR after each pass, then, for concrete runtime values, how
-    the tiles of 128 queries x 64 keys fall (empty, full, partial), the visible fraction (exact, or estimated
+    the tiles of --arch's kernels fall (empty, full, partial), the visible fraction (exact, or estimated
     from a sample of the visited tiles when they are many), the tile density and the descriptor's size and
     planning time.
     """
@@ -400,7 +404,7 @@ def explain_command(mask, n, params, png, dump_mask, dump_batch):
 
     program = read_mask(mask)
     consts, runtime = split_params(program, params)
-    compiled, lines = explain.compile_explained(program, KernelOptions(), consts)
+    compiled, lines = explain.compile_explained(program, KernelOptions(arch=arch), consts)
     echo("\n".join(lines))
     sequences, origin = explain.choose_sequences(compiled.program, n, runtime)
     with naming_the_file(mask):
@@ -432,7 +436,7 @@ def explain_command(mask, n, params, png, dump_mask, dump_batch):
 @click.option("--head-dim", type=click.Choice([str(d) for d in HEAD_DIMS]), default="128", show_default=True)
 @click.option("--dtype", type=click.Choice(list(DTYPES)), default="bf16", show_default=True)
 @click.option("--arch", type=click.Choice(ARCHS), help="Kernel family by target (default: the best one for this "
-              "GPU and mask: the Hopper kernels, sm_90a, on an H100/H200; the portable ones elsewhere).")
+              "GPU: the Hopper kernels, sm_90a, on an H100/H200; the portable ones elsewhere).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs and row samples.")
 @click.option("--cpu", "force_cpu", is_flag=True, help="Check on the CPU even when a GPU is usable.")
 @click.option("--backward", is_flag=True, help="Also run the backward pass (GPU): check dq, dk and dv against "

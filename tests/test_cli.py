@@ -511,6 +511,14 @@ def test_explain_statistics_of_the_defaults(run):
         stat(out, label)
 
 
+def test_explain_counts_the_tiles_of_the_family_named_by_arch(run):
+    portable = run("explain", example("causal"), "--n", "4096").stdout
+    hopper = run("explain", example("causal"), "--n", "4096", "--arch", "sm_90a").stdout
+    assert "tiles of 128 queries x 64 keys" in portable and "tiles of 128 queries x 128 keys" in hopper
+    assert stat(portable, "tiles").startswith("2,048: ") and stat(hopper, "tiles").startswith("1,024: ")
+    assert visible_pairs(portable) == visible_pairs(hopper) == 4096 * 4097 // 2
+
+
 def test_explain_uses_the_batch_section(run):
     out = run("explain", example("rm_shared")).stdout
     assert "values: the mask's default batch (9 sequences" in out
