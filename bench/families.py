@@ -55,7 +55,13 @@ def main():
                          ":hopper_fused, :hopper or :portable (which backward kernels)")
     ap.add_argument("--backward", action="store_true", help="also time the backward pass")
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
+    ap.add_argument("--grid-key-box", metavar="TxYxX", help="a probe: the preferred key tile shape of 2D grids "
+                    "(plan/tiling.py's, (t, y, x) before it is scaled to the key tile), e.g. 1x8x16")
     args = ap.parse_args()
+    if args.grid_key_box:  # every mask compiled below plans with it (tiling_for reads the table)
+        import maskc.plan.tiling
+
+        maskc.plan.tiling._SHAPES[(2, "k")] = tuple(int(x) for x in args.grid_key_box.split("x"))
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     rows_out = []
     for name in args.workloads:
