@@ -25,7 +25,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 DOCS = [2053, 328, 850, 361, 2568, 1799, 1174, 5864, 2613, 5035, 6306, 3817]
 WORKLOADS = {  # name -> runtime values of one sequence of n = 32768 tokens
     "full": {}, "causal": {}, "sliding_window": {}, "hstu": {}, "shared_prompt": {},
-    "document": {"docs": DOCS}, "clear_text": {}, "clear": {},
+    "document": {"docs": DOCS}, "clear_text": {}, "clear": {}, "natten2d": {}, "video3d": {},
 }
 
 
