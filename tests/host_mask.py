@@ -70,18 +70,22 @@ def build(source: str, workdir: Path) -> ctypes.CDLL:
     return ctypes.CDLL(str(lib))
 
 
+def _table_pointers(tables) -> list:
+    """The kernel tables as the harness functions take them (each pointer keeps its array alive)."""
+    arrays = (tables.seq_table, tables.seg_start, tables.seg_code, tables.arrays)
+    return [np.ascontiguousarray(a).ctypes.data_as(ctypes.c_void_p) for a in arrays]
+
+
 def evaluate_all(lib: ctypes.CDLL, tables, b: int, n: int) -> np.ndarray:
     out = np.zeros((n, n), dtype=np.uint8)
-    arrays = [np.ascontiguousarray(a) for a in (tables.seq_table, tables.seg_start, tables.seg_code, tables.arrays)]
-    ptrs = [a.ctypes.data_as(ctypes.c_void_p) for a in arrays]
+    ptrs = _table_pointers(tables)
     lib.maskc_eval_all(*ptrs, ctypes.c_int(b), ctypes.c_int(n), out.ctypes.data_as(ctypes.c_void_p))
     return out.astype(bool)
 
 
 def evaluate_by_tiles(lib: ctypes.CDLL, tables, b: int, n: int, k_tiles: int, k_slots: int) -> np.ndarray:
     out = np.zeros((n, n), dtype=np.uint8)
-    arrays = [np.ascontiguousarray(a) for a in (tables.seq_table, tables.seg_start, tables.seg_code, tables.arrays)]
-    ptrs = [a.ctypes.data_as(ctypes.c_void_p) for a in arrays]
+    ptrs = _table_pointers(tables)
     lib.maskc_eval_by_tiles(*ptrs, ctypes.c_int(b), ctypes.c_int(n), ctypes.c_int(k_tiles), ctypes.c_int(k_slots),
                             out.ctypes.data_as(ctypes.c_void_p))
     return out.astype(bool)
@@ -89,8 +93,7 @@ def evaluate_by_tiles(lib: ctypes.CDLL, tables, b: int, n: int, k_tiles: int, k_
 
 def tokens(lib: ctypes.CDLL, tables, b: int, side: str, tiles: int, slots: int) -> np.ndarray:
     out = np.zeros((tiles, slots), dtype=np.int32)
-    arrays = [np.ascontiguousarray(a) for a in (tables.seq_table, tables.seg_start, tables.seg_code, tables.arrays)]
-    ptrs = [a.ctypes.data_as(ctypes.c_void_p) for a in arrays]
+    ptrs = _table_pointers(tables)
     lib.maskc_tokens(*ptrs, ctypes.c_int(b), ctypes.c_int(0 if side == "q" else 1), ctypes.c_int(tiles),
                      ctypes.c_int(slots), out.ctypes.data_as(ctypes.c_void_p))
     return out
