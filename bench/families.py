@@ -19,6 +19,7 @@ import torch
 from triton.testing import do_bench
 
 import maskc
+import maskc.plan.tiling
 from maskc.tools.reference import visible
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -59,8 +60,6 @@ def main():
                     "(plan/tiling.py's, (t, y, x) before it is scaled to the key tile), e.g. 1x8x16")
     args = ap.parse_args()
     if args.grid_key_box:  # every mask compiled below plans with it (tiling_for reads the table)
-        import maskc.plan.tiling
-
         maskc.plan.tiling._SHAPES[(2, "k")] = tuple(int(x) for x in args.grid_key_box.split("x"))
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     rows_out = []

@@ -188,7 +188,8 @@ def test_a_prepared_launch_holds_every_argument_as_the_kernel_reads_it():
 
     args = SM90A.forward_args
     values = {a.name: i + 1 for i, a in enumerate(args)}
-    values.update(tm_q=bytes(range(128)), tm_k=bytes(128), tm_v=bytes([7] * 128), scale_log2=0.25)
+    values.update(tm_q=bytes(range(128)), tm_k=bytes(128), tm_v=bytes([7] * 128), tm_k_box=bytes([3] * 128),
+                  tm_v_box=bytes(range(128, 256)), scale_log2=0.25)
     packed = abi.pack(args, values)
     launch = PreparedLaunch(1234, None, 132, 384, 1000, args, packed, ("o", "lse"), keep=None)
     addresses = list(launch._addresses)

@@ -42,7 +42,7 @@ def program(text: str, consts=None):
 
 def test_grids_whose_coordinates_are_read_get_2d_and_3d_tiles():
     t = tiling_for(example("clear")[0], 128, 64)
-    assert [(b.grid, b.q_shape, b.k_shape) for b in t.blocks] == [(True, (1, 8, 16), (1, 8, 8))]
+    assert [(b.grid, b.q_shape, b.k_shape) for b in t.blocks] == [(True, (1, 8, 16), (1, 4, 16))]
     t = tiling_for(example("clear_text")[0], 128, 64)
     assert [(b.first, b.last, b.grid) for b in t.blocks] == [(0, 0, False), (1, 1, True)]
     assert t.blocks[0].q_shape == (1, 1, 128) and t.blocks[0].k_shape == (1, 1, 64)
@@ -63,8 +63,8 @@ def test_grids_whose_coordinates_are_not_read_are_runs():
 @pytest.mark.parametrize("dims, q_shape, k_shape", [
     ((100, 4), (1, 32, 4), (1, 16, 4)),  # narrow grids give their slots to rows
     ((100, 1), (1, 128, 1), (1, 64, 1)),
-    ((3, 300), (1, 8, 16), (1, 8, 8)),
-    ((None, None), (1, 8, 16), (1, 8, 8)),  # runtime dimensions: the preferred shapes
+    ((3, 300), (1, 8, 16), (1, 4, 16)),
+    ((None, None), (1, 8, 16), (1, 4, 16)),  # runtime dimensions: the preferred shapes
 ])
 def test_tile_shapes_follow_const_grid_dimensions(dims, q_shape, k_shape):
     h, w = ("h2", "w2") if dims[0] is None else (str(dims[0]), str(dims[1]))
@@ -117,7 +117,7 @@ def test_every_token_is_in_exactly_one_tile_per_side(name, block_q, block_k):
 def test_ragged_tiles_hold_minus_one_in_their_empty_slots():
     prog, layouts = example("clear")  # a 13 x 21 grid
     bt = block_table(tiling_for(prog, 128, 64), layouts)
-    assert bt.count_q.tolist() == [2 * 2] and bt.count_k.tolist() == [2 * 3]  # 8 x 16 and 8 x 8 tiles
+    assert bt.count_q.tolist() == [2 * 2] and bt.count_k.tolist() == [4 * 2]  # 8 x 16 and 4 x 16 tiles
     tokens = tile_tokens(bt, "q", np.zeros(4, np.int64), np.arange(4))
     # Tile 1 holds rows 0..7, columns 16..20: 5 columns of 16, the rest is -1.
     t1 = tokens[1].reshape(8, 16)
@@ -126,7 +126,8 @@ def test_ragged_tiles_hold_minus_one_in_their_empty_slots():
     t3 = tokens[3].reshape(8, 16)
     assert (t3[5:] == -1).all() and (t3[:5, 5:] == -1).all() and t3[4, 4] == 12 * 21 + 20
     assert complete(bt, "q", np.zeros(4, np.int64), np.arange(4)).tolist() == [True, False, False, False]
-    assert complete(bt, "k", np.zeros(6, np.int64), np.arange(6)).tolist() == [True, True, False, False, False, False]
+    # Key tiles of 4 x 16: rows 0..3, 4..7, 8..11 are whole on columns 0..15; row 12 stands alone.
+    assert complete(bt, "k", np.zeros(8, np.int64), np.arange(8)).tolist() == [True, False] * 3 + [False, False]
 
 
 @pytest.mark.parametrize("block_q, block_k", CONFIGS)

@@ -154,13 +154,26 @@ TENSOR_MAPS = (
     Arg("tm_k", "TensorMap", "k, the same with boxes of 64 x 1 x K_RUN x 1", "tensor_map"),
     Arg("tm_v", "TensorMap", "v, like k", "tensor_map"),
 )
+# Key tiles of the mask's first grid block (Tiling.box_block) in one TMA box per 64 columns, through 5-D maps
+# whose axes are the grid's, instead of one copy per row of the tile. The caller's runtime values and layout
+# decide whether they can be used (the same grid extents in every sequence, sequences whole steps apart on the
+# token axis); where not, grid_boxes is 0 and every tile is copied row by row through tm_k / tm_v.
+GRID_BOXES = (
+    Arg("tm_k_box", "TensorMap", "k as a 5-D TMA tensor map (head dim, heads, x, y, t), 128B swizzle: x counts tokens "
+                                 "from the tensor's start, y and t step by the grid's row and frame; boxes of 64 x 1 x "
+                                 "the grid block's key tile shape (x, y, t)", "tensor_map"),
+    Arg("tm_v_box", "TensorMap", "v, like tm_k_box", "tensor_map"),
+    Arg("grid_boxes", "int", "1: key tiles of the grid block load through tm_k_box / tm_v_box; 0: row by row", "i32"),
+    Arg("box_seq_tokens", "int", "tokens between consecutive sequences on the box maps' x axis (padded batch; 0 "
+                                 "packed, where token_offset places a sequence)", "i32"),
+)
 PERSISTENT = (
     Arg("packed", "int", "1: a packed batch (tokens at token_offset[b], sequence coordinate 0); 0: padded", "i32"),
     Arg("total_work", "int", "work_items * num_heads: (work item, head) pairs the persistent grid shares out", "i32"),
 )
 
 SM80_FORWARD_ARGS = TENSORS + OUTPUTS + TENSOR_STRIDES + OUTPUT_STRIDES + HEADS + DESCRIPTOR + SEQUENCES
-SM90A_FORWARD_ARGS = TENSOR_MAPS + OUTPUTS + OUTPUT_STRIDES + HEADS + PERSISTENT + DESCRIPTOR + SEQUENCES
+SM90A_FORWARD_ARGS = TENSOR_MAPS + GRID_BOXES + OUTPUTS + OUTPUT_STRIDES + HEADS + PERSISTENT + DESCRIPTOR + SEQUENCES
 
 # The backward pass: two kernels with this one argument list, the dQ kernel first (it writes `delta`, which the
 # dK/dV kernel reads). `d_out` is spelled `dout` (`do` is a C keyword).

@@ -203,7 +203,7 @@ SM90A = KernelFamily(
     head_dims=(64, 128, 256),
     dtypes=("bf16", "fp16"),
     tiles={64: (128, 128), 128: (128, 128), 256: (128, 64)},
-    narrow_block_k={64: 64, 128: 64},  # 2D/3D neighbourhoods: 8 x 8 key boxes waste fewer pairs than 16 x 8
+    narrow_block_k={64: 64, 128: 64},  # an option for 2D/3D neighbourhoods: smaller key boxes (4 x 16 on a 2D grid)
     threads=384,
     persistent=True,
     q_buffers=2, k_buffers=2, v_buffers=2,  # a two-stage K/V pipeline; Q double-buffered where it fits

@@ -2,7 +2,7 @@
 
 A sequence is a list of *blocks* in token order. A block is either a run of consecutive segments, tiled
 into 1D tiles of `block_q` / `block_k` consecutive tokens, or a grid segment whose coordinates the mask
-reads, tiled into 2D or 3D boxes (8 x 16 queries and 8 x 8 keys for a 2D grid) so that a tile holds
+reads, tiled into 2D or 3D boxes (8 x 16 tokens for a 2D grid, queries and keys alike) so that a tile holds
 tokens that are close on the grid, where a 2D neighbourhood keeps tiles dense. Both are described the
 same way: a run of L tokens is a (1, 1, L) grid tiled by (1, 1, block). A tile may have slots past the
 end of its block (a ragged edge); those slots hold no token.
@@ -57,6 +57,12 @@ class Tiling:
     def has_grids(self) -> bool:
         return any(b.grid for b in self.blocks)
 
+    @property
+    def box_block(self) -> int | None:
+        """The block whose key tiles the Hopper forward copies whole, one box per 64 columns, through tensor
+        maps that see the grid's rows and frames (the first grid block); None when no block is a grid."""
+        return next((i for i, b in enumerate(self.blocks) if b.grid), None)
+
     def run(self, side: str) -> int:
         """Consecutive tokens that every tile of `side` holds in each of its rows (slots run*j ... run*j +
         run - 1 are consecutive tokens): what one bulk copy can move. A grid tile's row is its x extent."""
@@ -77,7 +83,7 @@ def _grid_shape(dims: tuple[int | None, ...], preferred: tuple[int, int, int], m
 
 
 # Preferred tile shapes: square-ish neighbourhoods, x (the contiguous axis) widest.
-_SHAPES = {(2, "q"): (1, 8, 16), (2, "k"): (1, 8, 8), (3, "q"): (2, 8, 8), (3, "k"): (1, 8, 8)}
+_SHAPES = {(2, "q"): (1, 8, 16), (2, "k"): (1, 8, 16), (3, "q"): (2, 8, 8), (3, "k"): (1, 8, 8)}
 
 
 def grids_tiled_by_coordinates(program: ir.Program) -> set[int]:

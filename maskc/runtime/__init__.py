@@ -20,7 +20,7 @@ from maskc.compiler import CompiledMask, frozen_values
 from maskc.diagnostics import Span, ValueProblem, value_problem
 from maskc.kernels import abi
 from maskc.runtime.launch import PreparedLaunch, cupy_stream, current_stream_handle
-from maskc.runtime.tensor_maps import tensor_map
+from maskc.runtime.tensor_maps import grid_box_map, tensor_map
 
 _ELEMENT_BYTES = 2
 _ALIGN = 16
@@ -320,6 +320,8 @@ class Attention:
         if "tm_q" in names:  # the Hopper kernels read them through TMA tensor maps
             q_run, k_run = compiled.tiling.run("q"), compiled.tiling.run("k")
             values.update(_tensor_maps(options, packed, {"q": (tq, q_run), "k": (tk, k_run), "v": (tv, k_run)}))
+            values.update(_grid_box_maps(compiled, packed, tables.seq_table, tk, tv)
+                          or {"tm_k_box": values["tm_k"], "tm_v_box": values["tm_v"], "grid_boxes": 0, "box_seq_tokens": 0})
             values["packed"] = int(packed)
             values["total_work"] = work_items * hq
         args = abi.pack(family.forward_args, values)
@@ -380,6 +382,41 @@ def _tensor_maps(options, packed: bool, tensors: dict[str, tuple[_Tensor, int]])
         maps[f"tm_{name}"] = tensor_map(t.ptr, options.dtype, options.head_dim, t.shape[-2], tokens, sequences,
                                         h, tok, b, run)
     return maps
+
+
+def _grid_box_maps(compiled, packed: bool, seq_table: np.ndarray, tk: _Tensor, tv: _Tensor) -> dict[str, object] | None:
+    """The Hopper forward's 5-D maps for whole key tiles of the grid block (abi.GRID_BOXES), or None where this
+    call cannot use them: no grid, grid extents that differ between sequences, or sequences that are not whole
+    token steps apart (then every tile is copied row by row)."""
+    block = compiled.tiling.box_block
+    if block is None or len(seq_table) == 0:
+        return None
+    columns = [compiled.code.seq_table.block(block, f) for f in ("dims_t", "dims_y", "dims_x")]
+    grids = seq_table[:, columns]
+    if (grids != grids[0]).any() or (grids[0] == 0).any():
+        return None
+    grid, box = tuple(int(d) for d in grids[0]), compiled.tiling.blocks[block].k_shape
+    options, maps, steps = compiled.options, {}, set()
+    for name, t in (("k", tk), ("v", tv)):
+        seq_stride, tok, head = _token_strides(t, packed)
+        if packed or t.shape[0] == 1:
+            step, extent = 0, t.shape[0] if packed else t.shape[1]
+        elif seq_stride % tok == 0:
+            step = seq_stride // tok
+            extent = (t.shape[0] - 1) * step + t.shape[1]
+        else:
+            return None
+        if extent >= 2**31:  # x coordinates are 32-bit
+            return None
+        steps.add(step)
+        try:
+            maps[f"tm_{name}_box"] = grid_box_map(t.ptr, options.dtype, options.head_dim, t.shape[-2], extent, grid,
+                                                  head, tok, box)
+        except ValueError:  # e.g. a box larger than a grid whose extents are runtime values: copy rows instead
+            return None
+    if len(steps) != 1:  # one box_seq_tokens serves both maps
+        return None
+    return maps | {"grid_boxes": 1, "box_seq_tokens": steps.pop()}
 
 
 def _lse_strides(tq: _Tensor, packed: bool) -> tuple[int, int]:

@@ -150,6 +150,39 @@ def test_example_hopper_64_key_tiles(name, head_dim):
     run_case(name, head_dim=head_dim, heads=(4, 2), seed=5, arch="sm_90a", key_tile=64)
 
 
+@pytest.mark.skipif("sm_90a" not in FAMILIES, reason="a Hopper-family option")
+@pytest.mark.parametrize("layout", ["packed", "padded", "heads_first"])
+def test_grid_key_tiles_load_as_whole_boxes(layout, monkeypatch):
+    """The Hopper forward copies a grid's key tiles as one TMA box per 64 columns (grid_boxes = 1) in every
+    common layout, and stays exact: interior tiles as boxes, tiles cut by the grid's edges row by row (x) or
+    zero-filled (y), sequences placed on the box maps' x axis by token_offset (packed) or box_seq_tokens."""
+    import maskc.runtime
+
+    used = []
+    real = maskc.runtime._grid_box_maps
+    monkeypatch.setattr(maskc.runtime, "_grid_box_maps", lambda *a: used.append(real(*a)) or used[-1])
+    heads = (4, 2)
+    attn = maskc.load(EXAMPLES / "clear.mask", arch="sm_90a", h=21, w=76)
+    n = 21 * 76  # 76 = 4 x 16 + 12 = 9 x 8 + 4: the last tile of each row is cut by the grid's right edge
+    radii = [5, 9]
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    if layout == "packed":
+        q, k, v = (torch.randn(2 * n, h, 128, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (4, 2, 2))
+        call = dict(cu_seqlens=torch.tensor([0, n, 2 * n], dtype=torch.int32), r=radii)
+    else:  # [B, N, H, D]; heads_first: a view of [B, H, N, D] memory
+        q, k, v = (torch.randn(2, h, n, 128, device="cuda", dtype=torch.bfloat16, generator=gen).transpose(1, 2)
+                   if layout == "heads_first" else
+                   torch.randn(2, n, h, 128, device="cuda", dtype=torch.bfloat16, generator=gen) for h in (4, 2, 2))
+        call = dict(r=radii)
+    out, lse = attn(q, k, v, return_lse=True, **call)
+    torch.cuda.synchronize()
+    assert used and used[-1] is not None and used[-1]["grid_boxes"] == 1
+    assert used[-1]["box_seq_tokens"] == {"packed": 0, "padded": n, "heads_first": heads[1] * n}[layout]
+    values, layouts = attn.compiled.bind([{"n": n, "r": r} for r in radii])
+    masks = [dense_mask(attn.program, lay, val) for lay, val in zip(layouts, values)]
+    check(out, lse, q, k, v, masks, [n, n], 1.0 / math.sqrt(128), layout == "packed")
+
+
 @pytest.mark.parametrize("arch", FAMILIES)
 def test_fresh_inputs_every_call(arch):
     for seed in range(3):
