@@ -167,6 +167,13 @@ GRID_BOXES = (
     Arg("box_seq_tokens", "int", "tokens between consecutive sequences on the box maps' x axis (padded batch; 0 "
                                  "packed, where token_offset places a sequence)", "i32"),
 )
+# The dK/dV kernels' Q and dO steps (64 queries of a query tile) of the grid block in one box per 64 columns
+# (boxes of the step's shape, Tiling.step_box), under the same conditions.
+QUERY_BOXES = (
+    Arg("tm_q_box", "TensorMap", "q as a 5-D map like tm_k_box, boxes of 64 x 1 x one step of a query tile of the "
+                                 "grid block (x, y, t)", "tensor_map"),
+    Arg("tm_dout_box", "TensorMap", "dout, like tm_q_box", "tensor_map"),
+) + GRID_BOXES[2:]
 PERSISTENT = (
     Arg("packed", "int", "1: a packed batch (tokens at token_offset[b], sequence coordinate 0); 0: padded", "i32"),
     Arg("total_work", "int", "work_items * num_heads: (work item, head) pairs the persistent grid shares out", "i32"),
@@ -203,7 +210,7 @@ BACKWARD_ARGS = (BACKWARD_TENSORS + BACKWARD_STRIDES + HEADS
 SM90A_BACKWARD_ARGS = BACKWARD_ARGS + TENSOR_MAPS + (
     Arg("tm_dout", "TensorMap", "dout, like tm_q", "tensor_map"),
     PERSISTENT[0],
-)
+) + QUERY_BOXES
 # The fused Hopper pass: dQ is summed over key tiles into an fp32 accumulator by the dK/dV kernel, then scaled
 # and rounded into dq by a last kernel.
 SM90A_FUSED_BACKWARD_ARGS = SM90A_BACKWARD_ARGS + (

@@ -63,6 +63,12 @@ class Tiling:
         maps that see the grid's rows and frames (the first grid block); None when no block is a grid."""
         return next((i for i, b in enumerate(self.blocks) if b.grid), None)
 
+    def step_box(self, side: str, slots: int) -> tuple[int, int, int]:
+        """The (t, y, x) shape of `slots` consecutive slots of a `side` tile of the box block: whole rows of
+        the tile, then whole frames (tile extents are powers of two), so that a step of a tile is one box."""
+        tt, th, tw = self.blocks[self.box_block].shape(side)
+        return (max(1, slots // (th * tw)), min(th, max(1, slots // tw)), tw)
+
     def run(self, side: str) -> int:
         """Consecutive tokens that every tile of `side` holds in each of its rows (slots run*j ... run*j +
         run - 1 are consecutive tokens): what one bulk copy can move. A grid tile's row is its x extent."""
