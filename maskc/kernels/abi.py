@@ -155,7 +155,8 @@ TENSOR_MAPS = (
     Arg("tm_v", "TensorMap", "v, like k", "tensor_map"),
 )
 # Key tiles of the mask's first grid block (Tiling.box_block) in one TMA box per 64 columns, through 5-D maps
-# whose axes are the grid's, instead of one copy per row of the tile. The caller's runtime values and layout
+# whose axes are the grid's, instead of one copy per row of the tile. (Q tiles load once per work item and
+# go row by row: a Q box would need its own box_seq_tokens where q's layout differs from k's.) The caller's runtime values and layout
 # decide whether they can be used (the same grid extents in every sequence, sequences whole steps apart on the
 # token axis); where not, grid_boxes is 0 and every tile is copied row by row through tm_k / tm_v.
 GRID_BOXES = (
@@ -163,17 +164,20 @@ GRID_BOXES = (
                                  "from the tensor's start, y and t step by the grid's row and frame; boxes of 64 x 1 x "
                                  "the grid block's key tile shape (x, y, t)", "tensor_map"),
     Arg("tm_v_box", "TensorMap", "v, like tm_k_box", "tensor_map"),
-    Arg("grid_boxes", "int", "1: key tiles of the grid block load through tm_k_box / tm_v_box; 0: row by row", "i32"),
+)
+GRID_BOX_FLAGS = (
+    Arg("grid_boxes", "int", "1: tiles of the grid block load through the tm_*_box maps; 0: row by row", "i32"),
     Arg("box_seq_tokens", "int", "tokens between consecutive sequences on the box maps' x axis (padded batch; 0 "
                                  "packed, where token_offset places a sequence)", "i32"),
 )
+GRID_BOXES += GRID_BOX_FLAGS
 # The dK/dV kernels' Q and dO steps (64 queries of a query tile) of the grid block in one box per 64 columns
 # (boxes of the step's shape, Tiling.step_box), under the same conditions.
 QUERY_BOXES = (
-    Arg("tm_q_box", "TensorMap", "q as a 5-D map like tm_k_box, boxes of 64 x 1 x one step of a query tile of the "
-                                 "grid block (x, y, t)", "tensor_map"),
+    Arg("tm_q_box", "TensorMap", "q as a 5-D map like the forward's tm_k_box, boxes of 64 x 1 x one step of a query "
+                                 "tile of the grid block (x, y, t)", "tensor_map"),
     Arg("tm_dout_box", "TensorMap", "dout, like tm_q_box", "tensor_map"),
-) + GRID_BOXES[2:]
+) + GRID_BOX_FLAGS
 PERSISTENT = (
     Arg("packed", "int", "1: a packed batch (tokens at token_offset[b], sequence coordinate 0); 0: padded", "i32"),
     Arg("total_work", "int", "work_items * num_heads: (work item, head) pairs the persistent grid shares out", "i32"),

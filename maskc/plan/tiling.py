@@ -64,8 +64,9 @@ class Tiling:
         return next((i for i, b in enumerate(self.blocks) if b.grid), None)
 
     def step_box(self, side: str, slots: int) -> tuple[int, int, int]:
-        """The (t, y, x) shape of `slots` consecutive slots of a `side` tile of the box block: whole rows of
-        the tile, then whole frames (tile extents are powers of two), so that a step of a tile is one box."""
+        """The (t, y, x) shape of `slots` consecutive slots of a `side` tile of the box block (the whole tile
+        when `slots` is its size): whole rows of the tile, then whole frames (tile extents are powers of two),
+        so that a tile, or a step of one, is one box."""
         tt, th, tw = self.blocks[self.box_block].shape(side)
         return (max(1, slots // (th * tw)), min(th, max(1, slots // tw)), tw)
 

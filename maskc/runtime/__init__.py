@@ -277,7 +277,8 @@ class Attention:
             values.update(_tensor_maps(options, x.packed, {"q": (tq, q_run), "dout": (tdo, q_run), "k": (tk, k_run),
                                                            "v": (tv, k_run)}))
             values["packed"] = int(x.packed)
-            values.update(_grid_boxes(compiled, x.packed, tables.seq_table, {"q": tq, "dout": tdo}, values, bwd.q_step))
+            values.update(_grid_boxes(compiled, x.packed, tables.seq_table, values,
+                                      {"q": (tq, "q", bwd.q_step), "dout": (tdo, "q", bwd.q_step)}))
         args = abi.pack(bwd.args, values)
         import cupy
 
@@ -321,7 +322,8 @@ class Attention:
         if "tm_q" in names:  # the Hopper kernels read them through TMA tensor maps
             q_run, k_run = compiled.tiling.run("q"), compiled.tiling.run("k")
             values.update(_tensor_maps(options, packed, {"q": (tq, q_run), "k": (tk, k_run), "v": (tv, k_run)}))
-            values.update(_grid_boxes(compiled, packed, tables.seq_table, {"k": tk, "v": tv}, values))
+            key_tiles = {"k": (tk, "k", options.block_k), "v": (tv, "k", options.block_k)}
+            values.update(_grid_boxes(compiled, packed, tables.seq_table, values, key_tiles))
             values["packed"] = int(packed)
             values["total_work"] = work_items * hq
         args = abi.pack(family.forward_args, values)
@@ -384,18 +386,18 @@ def _tensor_maps(options, packed: bool, tensors: dict[str, tuple[_Tensor, int]])
     return maps
 
 
-def _grid_boxes(compiled, packed: bool, seq_table: np.ndarray, tensors: dict[str, _Tensor], values: dict[str, object],
-                step: int | None = None) -> dict[str, object]:
-    """`tm_NAME_box` for each tensor, `grid_boxes` and `box_seq_tokens` (abi.GRID_BOXES, abi.QUERY_BOXES): 5-D
-    maps whose boxes are whole key tiles of the grid block (or, with `step`, `step` queries of a query tile).
-    Where this call cannot use them (no grid, grid extents that differ between sequences, sequences that are
-    not whole token steps apart) grid_boxes is 0, the kernels copy row by row, and the maps are the 4-D ones
-    in `values` (never read)."""
-    maps = _grid_box_maps(compiled, packed, seq_table, tensors, step)
+def _grid_boxes(compiled, packed: bool, seq_table: np.ndarray, values: dict[str, object],
+                tensors: dict[str, tuple[_Tensor, str, int]]) -> dict[str, object]:
+    """`tm_NAME_box` for each NAME: (tensor, side, slots), `grid_boxes` and `box_seq_tokens` (abi.GRID_BOXES,
+    abi.QUERY_BOXES): 5-D maps whose boxes are `slots` slots of a `side` tile of the grid block (a whole tile,
+    or a step of one). Where this call cannot use them (no grid, grid extents that differ between sequences,
+    sequences that are not whole token steps apart) grid_boxes is 0, the kernels copy row by row, and the maps
+    are the 4-D ones in `values` (never read)."""
+    maps = _grid_box_maps(compiled, packed, seq_table, tensors)
     return maps or {f"tm_{name}_box": values[f"tm_{name}"] for name in tensors} | {"grid_boxes": 0, "box_seq_tokens": 0}
 
 
-def _grid_box_maps(compiled, packed, seq_table, tensors, step) -> dict[str, object] | None:
+def _grid_box_maps(compiled, packed, seq_table, tensors) -> dict[str, object] | None:
     tiling = compiled.tiling
     block = tiling.box_block
     if block is None or len(seq_table) == 0:
@@ -405,9 +407,8 @@ def _grid_box_maps(compiled, packed, seq_table, tensors, step) -> dict[str, obje
     if (grids != grids[0]).any() or (grids[0] == 0).any():
         return None
     grid = tuple(int(d) for d in grids[0])
-    box = tiling.blocks[block].k_shape if step is None else tiling.step_box("q", step)
     options, maps, steps = compiled.options, {}, set()
-    for name, t in tensors.items():
+    for name, (t, side, slots) in tensors.items():
         seq_stride, tok, head = _token_strides(t, packed)
         if packed or t.shape[0] == 1:
             seq_step, extent = 0, t.shape[0] if packed else t.shape[1]
@@ -421,7 +422,7 @@ def _grid_box_maps(compiled, packed, seq_table, tensors, step) -> dict[str, obje
         steps.add(seq_step)
         try:
             maps[f"tm_{name}_box"] = grid_box_map(t.ptr, options.dtype, options.head_dim, t.shape[-2], extent, grid,
-                                                  head, tok, box)
+                                                  head, tok, tiling.step_box(side, slots))
         except ValueError:  # e.g. a box larger than a grid whose extents are runtime values: copy rows instead
             return None
     if len(steps) != 1:  # one box_seq_tokens serves every map
