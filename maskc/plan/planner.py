@@ -376,7 +376,7 @@ class _Leaves:
 
 
 _RANGE_FIELDS = ("seq", "qt", "k0", "k1", "status", "exact", "inst")
-_FAN_OUT = 8
+_FAN_OUT = 4
 
 
 def _search_region(program, region: ir.Region, batch: _Batch, tiling: Tiling):
@@ -413,7 +413,9 @@ def _search_region(program, region: ir.Region, batch: _Batch, tiling: Tiling):
             found.append((box_inst[emit], box_qt[emit], box_k0[emit], box_k1[emit],
                           np.where(all_true[emit], Status.TRUE, Status.UNKNOWN)))
         idx = np.nonzero(can_t & can_f & ~single)[0]
-        # Few levels of many boxes: numpy's cost is per call, so a wide fan-out is cheaper than halving.
+        # numpy's cost is per call, so each level should cut boxes more than in halves; but every piece of a
+        # cut is evaluated, and a wider cut evaluates more that come to nothing. 4 measured fastest: 15% less
+        # than 8 on the 2D grids at 32K, the same elsewhere (docs/benchmarks.md, seventh session).
         which, box_k0, box_k1 = split(batch.blocks, "k", inst["kg"][box_inst[idx]], box_k0[idx], box_k1[idx], _FAN_OUT)
         box_inst, box_qt, origin = box_inst[idx][which], box_qt[idx][which], origin[idx][which]
 

@@ -241,6 +241,19 @@ def tile_tokens(bt: BlockTable, side: str, g: np.ndarray, tiles: np.ndarray) -> 
     tiles = np.asarray(tiles, dtype=np.int64)
     size = bt.size_q if side == "q" else bt.size_k
     shape, dims, first, start, ny, nx = _per_block(bt, side, g)
+    if np.ndim(first) == 0:  # one block: every tile's slots lie at the same offsets from its first slot
+        slot = np.arange(size, dtype=np.int64)
+        st, sy, sx = (int(v) for v in shape)
+        ot, oy, ox = slot // (sy * sx), (slot // sx) % sy, slot % sx
+        local = tiles - first
+        t0, y0, x0 = local // (ny * nx) * st, (local // nx) % ny * sy, local % nx * sx
+        token = (start + (t0 * dims[1] + y0) * dims[2] + x0)[:, None] + ((ot * dims[1] + oy) * dims[2] + ox)[None, :]
+        whole = (t0 + st <= dims[0]) & (y0 + sy <= dims[1]) & (x0 + sx <= dims[2])
+        if whole.all():
+            return token
+        valid = (ot[None, :] < (dims[0] - t0)[:, None]) & (oy[None, :] < (dims[1] - y0)[:, None]) & \
+            (ox[None, :] < (dims[2] - x0)[:, None])
+        return np.where(valid, token, -1)
     shape, dims = [np.asarray(x)[..., None] for x in shape], [np.asarray(x)[..., None] for x in dims]
     local = (tiles - first)[:, None]
     ct, cy, cx = local // (np.asarray(ny)[..., None] * np.asarray(nx)[..., None]), \
