@@ -13,6 +13,8 @@ import maskc
 from maskc.kernels import KernelOptions
 from maskc.runtime import Attention, _host_ints, _is_per_sequence, split_options
 
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
 SHARED_PROMPT = """mask sp(n: int = 64, responses: [int] = [8, 8], bonus: int = 0, table: [[bool]] = [[true]],
         const w: int = 4)
 segments:
@@ -203,3 +205,56 @@ def test_a_prepared_launch_holds_every_argument_as_the_kernel_reads_it():
         else:
             assert value.value == values[arg.name] and ctypes.sizeof(value) == (4 if arg.kind == "i32" else 8)
     assert launch._out.value == values["o"] and launch._lse.value == values["lse"]
+
+
+def _tensor(name, shape, strides, ptr=1 << 20):
+    from maskc.runtime import _Tensor
+
+    return _Tensor(name, "torch", shape, strides, "bf16", 0, ptr, False, None)
+
+
+def _contiguous(shape):
+    return tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))
+
+
+@pytest.mark.parametrize("layout, step", [("packed", 0), ("padded", 300), ("heads_first", 2 * 300), ("one", 0),
+                                          ("gapped", None)])
+def test_grid_key_tiles_use_whole_boxes_where_the_layout_allows(layout, step, monkeypatch):
+    """The Hopper forward's 5-D box maps (abi.GRID_BOXES): one per tensor with the grid's extents and the key
+    tile as its box, and box_seq_tokens placing each sequence on the x axis; where sequences are not whole
+    token steps apart (or differ in grid extents, below), grid_boxes is 0 and the 4-D maps stand in."""
+    import maskc.runtime as rt
+
+    made = []
+    monkeypatch.setattr(rt, "grid_box_map", lambda *a: made.append(a) or bytes([len(made)]) * 128)
+    attn = maskc.load(EXAMPLES / "clear.mask", arch="sm_90a", h=12, w=25)  # 300 tokens
+    n, heads = 300, 2
+    shapes = {"packed": ((2 * n, heads, 128), None), "padded": ((2, n, heads, 128), None),
+              "heads_first": ((2, n, heads, 128), (heads * n * 128, 128, n * 128, 1)),
+              "one": ((1, n, heads, 128), None), "gapped": ((2, n, heads, 128), (n * heads * 128 + 8, heads * 128, 128, 1))}
+    shape, strides = shapes[layout]
+    k, v = (_tensor(name, shape, strides or _contiguous(shape)) for name in "kv")
+    _, tables, _ = attn.compiled.tables([{"n": n, "r": 4}] * (1 if layout == "one" else 2))
+    fallback = {"tm_k": b"k" * 128, "tm_v": b"v" * 128}
+    got = rt._grid_boxes(attn.compiled, layout == "packed", tables.seq_table, fallback,
+                         {"k": (k, "k", 128), "v": (v, "k", 128)})
+    if step is None:
+        assert got == {"tm_k_box": b"k" * 128, "tm_v_box": b"v" * 128, "grid_boxes": 0, "box_seq_tokens": 0}
+        return
+    assert got["grid_boxes"] == 1 and got["box_seq_tokens"] == step
+    assert [a[5] for a in made] == [(1, 12, 25)] * 2  # (t, y, x) extents of the grid
+    assert [a[8] for a in made] == [attn.compiled.tiling.blocks[0].k_shape] * 2 == [(1, 8, 16)] * 2
+    extent = {"packed": 2 * n, "padded": n + n, "heads_first": 2 * n + n, "one": n}[layout]
+    assert [a[4] for a in made] == [extent] * 2  # tokens on the x axis: every sequence's, from the tensor's start
+
+
+def test_grids_that_differ_between_sequences_copy_row_by_row(monkeypatch):
+    import maskc.runtime as rt
+
+    monkeypatch.setattr(rt, "grid_box_map", lambda *a: bytes(128))
+    attn = maskc.loads("mask g(h: int = 4, w: int = 32)\nsegments:\n    I = grid(h, w)\nrules:\n"
+                       "    I -> I   where abs(q.x - k.x) <= 2\n", arch="sm_90a")
+    _, tables, _ = attn.compiled.tables([{"n": 128, "h": 4, "w": 32}, {"n": 128, "h": 8, "w": 16}])
+    k = _tensor("k", (256, 2, 128), _contiguous((256, 2, 128)))
+    got = rt._grid_boxes(attn.compiled, True, tables.seq_table, {"tm_k": b"k" * 128}, {"k": (k, "k", 128)})
+    assert got == {"tm_k_box": b"k" * 128, "grid_boxes": 0, "box_seq_tokens": 0}
