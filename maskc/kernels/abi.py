@@ -155,11 +155,11 @@ TENSOR_MAPS = (
     Arg("tm_v", "TensorMap", "v, like k", "tensor_map"),
 )
 # Key tiles of the mask's first grid block (Tiling.box_block) in one TMA box per 64 columns, through 5-D maps
-# whose axes are the grid's, instead of one copy per row of the tile. (Q tiles load once per work item and
-# go row by row: a Q box would need its own box_seq_tokens where q's layout differs from k's.) The caller's runtime values and layout
+# whose axes are the grid's, instead of one copy per row of the tile. The caller's runtime values and layout
 # decide whether they can be used (the same grid extents in every sequence, sequences whole steps apart on the
-# token axis); where not, grid_boxes is 0 and every tile is copied row by row through tm_k / tm_v.
-GRID_BOXES = (
+# token axis); where not, grid_boxes is 0 and every tile is copied row by row through tm_k / tm_v. (Q tiles load
+# once per work item and go row by row: a Q box would need its own box_seq_tokens where q's layout differs.)
+GRID_BOX_MAPS = (
     Arg("tm_k_box", "TensorMap", "k as a 5-D TMA tensor map (head dim, heads, x, y, t), 128B swizzle: x counts tokens "
                                  "from the tensor's start, y and t step by the grid's row and frame; boxes of 64 x 1 x "
                                  "the grid block's key tile shape (x, y, t)", "tensor_map"),
@@ -170,7 +170,7 @@ GRID_BOX_FLAGS = (
     Arg("box_seq_tokens", "int", "tokens between consecutive sequences on the box maps' x axis (padded batch; 0 "
                                  "packed, where token_offset places a sequence)", "i32"),
 )
-GRID_BOXES += GRID_BOX_FLAGS
+GRID_BOXES = GRID_BOX_MAPS + GRID_BOX_FLAGS
 # The dK/dV kernels' Q and dO steps (64 queries of a query tile) of the grid block in one box per 64 columns
 # (boxes of the step's shape, Tiling.step_box), under the same conditions.
 QUERY_BOXES = (

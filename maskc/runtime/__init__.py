@@ -412,7 +412,7 @@ def _grid_box_maps(compiled, packed, seq_table, tensors) -> dict[str, object] | 
         seq_stride, tok, head = _token_strides(t, packed)
         if packed or t.shape[0] == 1:
             seq_step, extent = 0, t.shape[0] if packed else t.shape[1]
-        elif seq_stride % tok == 0:
+        elif tok > 0 and seq_stride % tok == 0:
             seq_step = seq_stride // tok
             extent = (t.shape[0] - 1) * seq_step + t.shape[1]
         else:
