@@ -57,7 +57,8 @@ def main():
     ap.add_argument("--backward", action="store_true", help="also time the backward pass")
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
     ap.add_argument("--grid-key-box", metavar="TxYxX", help="a probe: the preferred key tile shape of 2D grids "
-                    "(plan/tiling.py's, (t, y, x) before it is scaled to the key tile), e.g. 1x8x16")
+                    "(plan/tiling.py's, (t, y, x) before it is scaled to the key tile), e.g. 1x8x8: 16 x 8 tiles "
+                    "at 128 keys (the default, 1x8x16, gives 8 x 16)")
     args = ap.parse_args()
     if args.grid_key_box:  # every mask compiled below plans with it (tiling_for reads the table)
         maskc.plan.tiling._SHAPES[(2, "k")] = tuple(int(x) for x in args.grid_key_box.split("x"))
