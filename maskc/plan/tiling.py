@@ -246,8 +246,8 @@ def tile_tokens(bt: BlockTable, side: str, g: np.ndarray, tiles: np.ndarray) -> 
         slot = np.arange(size, dtype=np.int64)
         st, sy, sx = (int(v) for v in shape)
         ot, oy, ox = slot // (sy * sx), (slot // sx) % sy, slot % sx
-        local = tiles - first
-        t0, y0, x0 = local // (ny * nx) * st, (local // nx) % ny * sy, local % nx * sx
+        ct, cy, cx, _, _ = _coordinates(bt, side, g, tiles)
+        t0, y0, x0 = ct * st, cy * sy, cx * sx
         token = (start + (t0 * dims[1] + y0) * dims[2] + x0)[:, None] + ((ot * dims[1] + oy) * dims[2] + ox)[None, :]
         whole = (t0 + st <= dims[0]) & (y0 + sy <= dims[1]) & (x0 + sx <= dims[2])
         if whole.all():
