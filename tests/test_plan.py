@@ -5,6 +5,7 @@ code (compiled for the host) matches the exact mask. Also the CSR's order and si
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import time
@@ -282,6 +283,20 @@ def test_visiting_order_puts_the_longest_rows_first():
     counts = np.diff(desc.row_ptr)
     # Causal: the last query tile of the longer sequence has the most k tiles and runs first.
     assert (desc.work_seq[0], desc.work_qtile[0]) == (0, 18) and counts[0] == 38
+
+
+def test_the_longest_run_of_equal_rows_is_found():
+    """The Hopper forward visits the longest run of work items with equal key tile counts head-major."""
+    desc = sliding(1000, 300, TileConfig(16, 8))
+    counts = np.diff(desc.row_ptr)
+    first, last = desc.longest_equal_run()
+    assert last - first > 1 and len(set(counts[first:last].tolist())) == 1
+    runs = [len(list(group)) for _, group in itertools.groupby(counts.tolist())]
+    assert last - first == max(runs) and last - first < len(counts)
+    compiled = example("full")[0]
+    values, layouts = compiled.bind([{"n": 1000}])
+    whole = plan(compiled.program, layouts, values, TileConfig(16, 8))
+    assert whole.longest_equal_run() == (0, len(whole.work_seq)) == (0, 63)
 
 
 def test_query_tiles_without_k_tiles_are_still_work_items():

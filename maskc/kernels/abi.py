@@ -183,8 +183,18 @@ PERSISTENT = (
     Arg("total_work", "int", "work_items * num_heads: (work item, head) pairs the persistent grid shares out", "i32"),
 )
 
+# The forward's order over (work item, head) pairs: item-major (the heads of one item run side by side, so work
+# stays longest first), except in the longest run of items with equal key tile counts, which goes head-major
+# (the CTAs running at once then share one head's K and V in L2: full at 32K, 588 -> 624 TFLOP/s on the H200;
+# making every item head-major broke longest-first and lost 10-20% elsewhere, docs/hopper.md).
+HEAD_MAJOR_RUN = (
+    Arg("head_major_first", "int", "first work item of the run whose pairs are visited head-major", "i32"),
+    Arg("head_major_last", "int", "one past its last work item (equal to head_major_first: no such run)", "i32"),
+)
+
 SM80_FORWARD_ARGS = TENSORS + OUTPUTS + TENSOR_STRIDES + OUTPUT_STRIDES + HEADS + DESCRIPTOR + SEQUENCES
-SM90A_FORWARD_ARGS = TENSOR_MAPS + GRID_BOXES + OUTPUTS + OUTPUT_STRIDES + HEADS + PERSISTENT + DESCRIPTOR + SEQUENCES
+SM90A_FORWARD_ARGS = (TENSOR_MAPS + GRID_BOXES + OUTPUTS + OUTPUT_STRIDES + HEADS + PERSISTENT + HEAD_MAJOR_RUN
+                      + DESCRIPTOR + SEQUENCES)
 
 # The backward pass: two kernels with this one argument list, the dQ kernel first (it writes `delta`, which the
 # dK/dV kernel reads). `d_out` is spelled `dout` (`do` is a C keyword).

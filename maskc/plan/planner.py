@@ -102,6 +102,16 @@ class Descriptor:
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self.work_seq, self.work_qtile, self.row_ptr, self.k_tile, self.kind))
 
+    def longest_equal_run(self) -> tuple[int, int]:
+        """The longest run [first, last) of consecutive work items with the same number of key tiles (the first
+        such run on a tie; (0, 0) without work items). The Hopper forward visits these items head-major."""
+        counts = np.diff(self.row_ptr)
+        if len(counts) == 0:
+            return 0, 0
+        bounds = np.concatenate([[0], np.flatnonzero(np.diff(counts)) + 1, [len(counts)]])
+        longest = int(np.argmax(np.diff(bounds)))
+        return int(bounds[longest]), int(bounds[longest + 1])
+
     def tiles_of(self, seq: int, qtile: int) -> tuple[np.ndarray, np.ndarray]:
         """The (k tiles, kinds) visited by one q tile."""
         w = np.nonzero((self.work_seq == seq) & (self.work_qtile == qtile))[0][0]

@@ -326,6 +326,7 @@ class Attention:
             values.update(_grid_boxes(compiled, packed, tables.seq_table, values, key_tiles))
             values["packed"] = int(packed)
             values["total_work"] = work_items * hq
+            values["head_major_first"], values["head_major_last"] = desc.longest_equal_run()
         args = abi.pack(family.forward_args, values)
         shared = compiled.shared_memory_bytes
         _, kernel = _module(str(compiled.cubin), compiled.name, shared, tq.device)
