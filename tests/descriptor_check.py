@@ -1,6 +1,6 @@
 """The descriptor checked against the brute-force mask: sound (no visible pair is skipped, a full tile is
 really full) and exact (nothing empty is listed, a partial tile is really partial), tile by tile, plus the
-structure of the CSR (every query tile once, most work first, k tiles ascending)."""
+structure of the CSR (every query tile once, in visiting order, k tiles ascending)."""
 
 from __future__ import annotations
 
@@ -28,12 +28,43 @@ def check_structure(desc) -> None:
     assert desc.row_ptr[0] == 0 and desc.row_ptr[-1] == len(desc.k_tile) == len(desc.kind)
     counts = np.diff(desc.row_ptr.astype(np.int64))
     assert (counts >= 0).all()
-    assert (np.diff(counts) <= 0).all(), "query tiles with more k tiles must come first"
+    _check_visiting_order(desc, counts)
     for w in range(len(work)):
         kts = desc.k_tile[desc.row_ptr[w]:desc.row_ptr[w + 1]]
         assert (np.diff(kts) > 0).all(), f"work item {work[w]}: k tiles not strictly ascending: {kts}"
     assert desc.stats.tiles_visited == len(desc.k_tile)
     assert desc.stats.tiles_full == int(np.count_nonzero(desc.kind == TileKind.FULL))
+
+
+def _key_groups(desc, counts: np.ndarray) -> list[int]:
+    """Per work item, its group, by the rule of plan/planner.py's _visiting_order written as a plain loop: in
+    order of (sequence, first key tile), an item joins the group before it when it starts on the same tile as the
+    item before it or before that group's last key tile (ranges that meet in one tile stay apart); items without
+    tiles form one group per sequence."""
+    items = len(counts)
+    first = [int(desc.k_tile[desc.row_ptr[w]]) if counts[w] else None for w in range(items)]
+    last = [int(desc.k_tile[desc.row_ptr[w + 1] - 1]) if counts[w] else None for w in range(items)]
+    group, current, reach, previous = [0] * items, -1, -1, None
+    for w in sorted(range(items), key=lambda w: (int(desc.work_seq[w]), first[w] is None, first[w] or 0)):
+        start = (int(desc.work_seq[w]), first[w])  # first is None: no tiles
+        if previous is None or start != previous and (start[0] != previous[0] or first[w] is None
+                                                       or previous[1] is None or first[w] >= reach):
+            current, reach = current + 1, -1
+        if last[w] is not None:
+            reach = max(reach, last[w])
+        group[w], previous = current, start
+    return group
+
+
+def _check_visiting_order(desc, counts: np.ndarray) -> None:
+    """Items grouped by the keys they read, groups with the longest item first, each group longest first."""
+    if len(counts) == 0:
+        return
+    group = np.array(_key_groups(desc, counts))
+    starts = np.r_[True, group[1:] != group[:-1]]
+    assert len(np.unique(group)) == int(starts.sum()), "the items of a key group must be visited together"
+    assert (np.diff(counts)[~starts[1:]] <= 0).all(), "inside a group, items with more k tiles come first"
+    assert (np.diff(counts[starts]) <= 0).all(), "groups with longer items come first"
 
 
 def check_descriptor(program, desc, layouts, values, masks=None, exact: bool = True) -> None:

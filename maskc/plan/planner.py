@@ -653,14 +653,47 @@ def _search(program: ir.Program, batch: _Batch, tiling: Tiling, config: TileConf
     return gq[keep], lo[keep], hi[keep], kinds[keep]
 
 
+def _visiting_order(qtile_base: np.ndarray, gq: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                    counts: np.ndarray) -> np.ndarray:
+    """The work items (global q tiles) in visiting order: grouped by the keys they read, longest first.
+
+    Items whose key tile ranges overlap, directly or through a chain, share keys: they form one group (a packed
+    document, a sequence of a jagged batch, a sample with its prompt). Ranges that meet in one tile do not
+    chain (documents that do not start on a tile boundary share the tile where one ends and the next begins),
+    but items that start on the same tile always do. Groups go longest first, and inside a
+    group its items longest first, so that the CTAs running at once read the K and V of few groups and find
+    them in L2 (hstu_jagged 384 -> 436 TFLOP/s forward on the H200), while the order stays close enough to
+    longest first for the kernels' static snake assignment. Causal, full and sliding masks are one group:
+    their order is plain longest first. Ties keep the q tiles' order."""
+    total_q = len(counts)
+    seq = np.searchsorted(qtile_base, np.arange(total_q), side="right") - 1
+    none = int(hi.max(initial=0)) + 1  # past every tile: items without tiles, one group per sequence, last
+    first = np.full(total_q, none, dtype=np.int64)
+    last = np.full(total_q, -1, dtype=np.int64)
+    np.minimum.at(first, gq, lo.astype(np.int64))
+    np.maximum.at(last, gq, hi.astype(np.int64))
+    last = np.maximum(last, first)
+    # Key tiles of different sequences never meet: place each sequence's on its own stretch of one axis.
+    offset = seq.astype(np.int64) * (none + 1)
+    by_keys = np.argsort(offset + first, kind="stable")
+    reach = np.maximum.accumulate((offset + last)[by_keys])
+    key_first = (offset + first)[by_keys]
+    starts = np.r_[True, (key_first[1:] >= reach[:-1]) & (key_first[1:] != key_first[:-1])]
+    group = np.empty(total_q, dtype=np.int64)
+    group[by_keys] = np.cumsum(starts) - 1
+    longest = np.zeros(int(group.max(initial=-1)) + 1, dtype=np.int64)
+    np.maximum.at(longest, group, counts)
+    return np.lexsort((-counts, group, -longest[group]))
+
+
 def _descriptor(config: TileConfig, bt: BlockTable, qtile_base: np.ndarray, gq: np.ndarray, lo: np.ndarray,
                 hi: np.ndarray, kinds: np.ndarray, stats: PlanStats, start: float) -> Descriptor:
     """The CSR of visited ranges (global q tile, first and last k tile, kind), in visiting order."""
-    # CSR in visiting order: query tiles with the most work first, k tiles ascending inside each.
+    # CSR in visiting order (_visiting_order), k tiles ascending inside each work item.
     total_q = int(qtile_base[-1])
     lengths = hi - lo + 1
     counts = np.bincount(gq, weights=lengths, minlength=total_q).astype(np.int64)
-    visit = np.argsort(-counts, kind="stable")
+    visit = _visiting_order(qtile_base, gq, lo, hi, counts)
     rank = np.empty(total_q, dtype=np.int64)
     rank[visit] = np.arange(total_q)
     visited = int(lengths.sum())
