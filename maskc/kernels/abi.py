@@ -185,7 +185,7 @@ PERSISTENT = (
 
 # The forward's order over (work item, head) pairs: item-major (the heads of one item run side by side, so work
 # stays longest first), except in the longest run of items with equal key tile counts, which goes head-major
-# (the CTAs running at once then share one head's K and V in L2: full at 32K, 588 -> 624 TFLOP/s on the H200;
+# (the CTAs running at once then share one head's K and V in L2: full at 32K, 608 -> 634 TFLOP/s on the H200;
 # making every item head-major broke longest-first and lost 10-20% elsewhere, docs/hopper.md).
 HEAD_MAJOR_RUN = (
     Arg("head_major_first", "int", "first work item of the run whose pairs are visited head-major", "i32"),
