@@ -183,6 +183,12 @@ PERSISTENT = (
     Arg("total_work", "int", "work_items * num_heads: (work item, head) pairs the persistent grid shares out", "i32"),
 )
 
+# The forward's dynamic scheduler: each CTA claims its next (work item, head) pair from a global counter.
+SCHEDULER = (
+    Arg("work_counter", "int*", "int[2] the scheduler's state: zeroed once before the first launch, left zero by "
+                                "every launch; launches that may run at the same time need one each"),
+)
+
 # The forward's order over (work item, head) pairs: item-major (the heads of one item run side by side, so work
 # stays longest first), except in the longest run of items with equal key tile counts, which goes head-major
 # (the CTAs running at once then share one head's K and V in L2: full at 32K, 608 -> 634 TFLOP/s on the H200;
@@ -193,8 +199,8 @@ HEAD_MAJOR_RUN = (
 )
 
 SM80_FORWARD_ARGS = TENSORS + OUTPUTS + TENSOR_STRIDES + OUTPUT_STRIDES + HEADS + DESCRIPTOR + SEQUENCES
-SM90A_FORWARD_ARGS = (TENSOR_MAPS + GRID_BOXES + OUTPUTS + OUTPUT_STRIDES + HEADS + PERSISTENT + HEAD_MAJOR_RUN
-                      + DESCRIPTOR + SEQUENCES)
+SM90A_FORWARD_ARGS = (TENSOR_MAPS + GRID_BOXES + OUTPUTS + OUTPUT_STRIDES + HEADS + PERSISTENT + SCHEDULER
+                      + HEAD_MAJOR_RUN + DESCRIPTOR + SEQUENCES)
 
 # The backward pass: two kernels with this one argument list, the dQ kernel first (it writes `delta`, which the
 # dK/dV kernel reads). `d_out` is spelled `dout` (`do` is a C keyword).

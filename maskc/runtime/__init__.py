@@ -327,6 +327,7 @@ class Attention:
             values["packed"] = int(packed)
             values["total_work"] = work_items * hq
             values["head_major_first"], values["head_major_last"] = desc.longest_equal_run()
+            values["work_counter"] = 0  # the stream's counter, set by every launch
         args = abi.pack(family.forward_args, values)
         shared = compiled.shared_memory_bytes
         _, kernel = _module(str(compiled.cubin), compiled.name, shared, tq.device)

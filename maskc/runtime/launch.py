@@ -51,6 +51,8 @@ class PreparedLaunch:
         names = [a.name for a in args]
         self._out_index, self._lse_index = names.index(outputs[0]), names.index(outputs[1])
         self._out, self._lse = self._values[self._out_index], self._values[self._lse_index]
+        self._counter_index = names.index("work_counter") if "work_counter" in names else None
+        self._counter = None if self._counter_index is None else self._values[self._counter_index]
         self._lock = threading.Lock()  # the output slots are shared by every call of this launch
         self._keep = keep  # device tables the arguments point to: alive as long as this launch
 
@@ -60,6 +62,8 @@ class PreparedLaunch:
                 self._out.value = out_ptr
             if lse_ptr is not None:
                 self._lse.value = lse_ptr
+            if self._counter is not None:
+                self._counter.value = work_counter(self.device.id, stream_handle)
             with self.device:
                 if self._use_cupy:
                     return self._launch_with_cupy(stream_handle)
@@ -80,8 +84,54 @@ class PreparedLaunch:
         args = self._cupy_args
         args[self._out_index] = np.uint64(self._out.value)
         args[self._lse_index] = np.uint64(self._lse.value)
+        if self._counter is not None:
+            args[self._counter_index] = np.uint64(self._counter.value)
         stream = cupy_stream(stream_handle, self.device.id)
         self._cupy_kernel((self.grid,), (self.threads,), tuple(args), shared_mem=self.shared, stream=stream)
+
+
+class _WorkCounters:
+    """The Hopper forward's scheduler counters (`abi.SCHEDULER`): one int[2] per stream, from one zeroed pool
+    per device. Every launch leaves its counter zero, so launches on one stream (which run one after another)
+    share it; launches on different streams may overlap and get different ones. Slots are handed out when a
+    stream is first seen, without allocating, so a first call on a stream that is capturing a CUDA graph is
+    fine; after SLOTS streams they are reused, oldest first."""
+
+    SLOTS = 4096
+
+    def __init__(self):
+        self._pools: dict[int, object] = {}
+        self._slots: dict[tuple[int, int], int] = {}
+        self._lock = threading.Lock()
+
+    def address(self, device: int, stream_handle: int) -> int:
+        key = (device, stream_handle)
+        with self._lock:
+            slot = self._slots.get(key)
+            if slot is None:
+                full = len(self._slots) >= self.SLOTS
+                slot = self._slots.pop(next(iter(self._slots))) if full else len(self._slots)
+                self._slots[key] = slot
+            pool = self._pools.get(device)
+            if pool is None:
+                pool = self._pools[device] = self._zeroed_pool(device)
+        return pool.data.ptr + 8 * slot
+
+    def _zeroed_pool(self, device: int):
+        import cupy
+
+        with cupy.cuda.Device(device):
+            pool = cupy.zeros(2 * self.SLOTS, dtype=cupy.int32)
+            cupy.cuda.get_current_stream().synchronize()  # zero before any stream's launch reads it
+        return pool
+
+
+_work_counters = _WorkCounters()
+
+
+def work_counter(device: int, stream_handle: int) -> int:
+    """The device address of the scheduler counter for launches on this stream."""
+    return _work_counters.address(device, stream_handle)
 
 
 @lru_cache(maxsize=256)
