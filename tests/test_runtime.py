@@ -207,6 +207,32 @@ def test_a_prepared_launch_holds_every_argument_as_the_kernel_reads_it():
     assert launch._out.value == values["o"] and launch._lse.value == values["lse"]
 
 
+def test_each_stream_gets_its_own_work_counter_without_allocating(monkeypatch):
+    """The Hopper forward's scheduler counters (maskc.runtime.launch): one int[2] per (device, stream) from one
+    pool per device; the same stream always gets the same one, streams seen at once get different ones, and
+    past SLOTS streams the oldest stream's slot is handed on."""
+    from types import SimpleNamespace
+
+    from maskc.runtime.launch import _WorkCounters
+
+    pools = []
+
+    def fake_pool(self, device):
+        pools.append(device)
+        return SimpleNamespace(data=SimpleNamespace(ptr=(device + 1) << 32))
+
+    monkeypatch.setattr(_WorkCounters, "_zeroed_pool", fake_pool)
+    monkeypatch.setattr(_WorkCounters, "SLOTS", 4)
+    counters = _WorkCounters()
+    first = [counters.address(0, stream) for stream in (11, 22, 33, 44)]
+    assert len(set(first)) == 4 and all((a - (1 << 32)) % 8 == 0 for a in first)
+    assert counters.address(0, 22) == first[1]
+    assert counters.address(1, 22) == (2 << 32)  # another device: its own pool
+    assert pools == [0, 1]
+    assert counters.address(0, 55) == first[0]  # the fifth stream takes the oldest slot (stream 11's)
+    assert [counters.address(0, s) for s in (22, 33, 44)] == first[1:]
+
+
 def _tensor(name, shape, strides, ptr=1 << 20):
     from maskc.runtime import _Tensor
 

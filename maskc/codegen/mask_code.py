@@ -53,6 +53,9 @@ class RegionCode:
     row_on: str
     col_on: str
     elem: str
+    # A region by rows: its keys [lo, hi) per row, as MaskRow fields (`elem` tests them); None otherwise.
+    lo: str | None = None
+    hi: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,12 @@ class MaskCode:
     def kind_type(self) -> str:
         n = len(self.regions)
         return "unsigned char" if n <= 8 else "unsigned short" if n <= 16 else "unsigned int"
+
+    @property
+    def rules_are_key_intervals(self) -> bool:
+        """Every rule is an interval of keys per row, with no test on the key's side: a row's visible keys are a
+        union of intervals (the kernels can then mask a partial tile by ranges instead of pair by pair)."""
+        return bool(self.regions) and not self.lookup_k and all(r.lo is not None for r in self.regions)
 
     @property
     def kind_bits(self) -> int:
@@ -299,7 +308,7 @@ class _Builder:
         hi, _ = self.hoist(rows.hi, r, region, "q")
         elem = f"(k.index >= {lo} && k.index < {hi})"
         rule = (region.rule or ir.show(region.pred)) + f"  [keys {ir.show(rows.lo)} .. {ir.show(rows.hi)})"
-        return RegionCode(r, rule, " && ".join(row_terms) if row_terms else "true", "true", elem)
+        return RegionCode(r, rule, " && ".join(row_terms) if row_terms else "true", "true", elem, lo, hi)
 
 
 def c_literal(value: int, as_int: bool) -> str:

@@ -101,17 +101,16 @@ class _WorkCounters:
 
     def __init__(self):
         self._pools: dict[int, object] = {}
-        self._slots: dict[tuple[int, int], int] = {}
+        self._slots: dict[int, dict[int, int]] = {}  # per device: stream handle -> slot, oldest first
         self._lock = threading.Lock()
 
     def address(self, device: int, stream_handle: int) -> int:
-        key = (device, stream_handle)
         with self._lock:
-            slot = self._slots.get(key)
+            slots = self._slots.setdefault(device, {})
+            slot = slots.get(stream_handle)
             if slot is None:
-                full = len(self._slots) >= self.SLOTS
-                slot = self._slots.pop(next(iter(self._slots))) if full else len(self._slots)
-                self._slots[key] = slot
+                slot = slots.pop(next(iter(slots))) if len(slots) >= self.SLOTS else len(slots)
+                slots[stream_handle] = slot
             pool = self._pools.get(device)
             if pool is None:
                 pool = self._pools[device] = self._zeroed_pool(device)

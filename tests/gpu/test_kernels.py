@@ -257,3 +257,26 @@ def test_a_repeated_call_can_be_captured_in_a_cuda_graph(arch):
         expected = maskc.load(EXAMPLES / "document.mask", head_dim=128, dtype="bf16", arch=arch)(
             q, k, v, cu_seqlens=[0, 300, 700], docs=docs)
         torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
+@pytest.mark.skipif("sm_90a" not in FAMILIES, reason="the Hopper forward's scheduler")
+def test_calls_on_concurrent_streams_each_get_their_own_work_counter():
+    """The Hopper forward's CTAs claim their work from a counter that each launch leaves zero; launches on
+    different streams may overlap, so each stream has its own. Many launches of one prepared call on four
+    streams at once, each stream with its own inputs, must all give that stream's answer."""
+    attn = maskc.load(EXAMPLES / "document.mask", head_dim=128, dtype="bf16", arch="sm_90a")
+    docs, bounds = [[3000, 1096], [2000, 2000]], [0, 4096, 8192]
+    cu = torch.tensor(bounds, dtype=torch.int32, device="cuda")
+    streams = [torch.cuda.Stream() for _ in range(4)]
+    inputs = [[torch.randn(8192, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3)] for _ in streams]
+    expected = [attn(*x, cu_seqlens=cu, docs=docs) for x in inputs]
+    outs = [torch.empty_like(e) for e in expected]
+    torch.cuda.synchronize()
+    for _ in range(20):
+        for stream, x, out in zip(streams, inputs, outs):
+            with torch.cuda.stream(stream):
+                out.fill_(float("nan"))  # a pair that no CTA ran would leave NaN, not the last call's rows
+                attn(*x, cu_seqlens=cu, docs=docs, out=out)
+    torch.cuda.synchronize()
+    for out, e in zip(outs, expected):
+        torch.testing.assert_close(out, e, rtol=0, atol=0)
