@@ -132,6 +132,8 @@ def render_source(program: ir.Program, options: KernelOptions, source_name: str 
         STAGES=options.backward.stages if options.backward else 0,
         element=options.element,
         tiling=tiling,
+        # Partial tiles masked by ranges of columns (mask.cu.j2's visible_columns) instead of pair by pair.
+        key_intervals=code.rules_are_key_intervals and tiling.tiles_are_runs,
         params=list(program.params),
         P=P,
         runtime_params=program.runtime_params,

@@ -58,6 +58,11 @@ class Tiling:
         return any(b.grid for b in self.blocks)
 
     @property
+    def tiles_are_runs(self) -> bool:
+        """Every tile is a run of consecutive tokens (slot j holds token first + j): one block, not a grid."""
+        return len(self.blocks) == 1 and not self.blocks[0].grid
+
+    @property
     def box_block(self) -> int | None:
         """The block whose tiles the Hopper kernels copy whole (the forward's key tiles, the dK/dV kernels'
         query steps), one box per 64 columns, through tensor maps that see the grid's rows and frames: the

@@ -265,7 +265,7 @@ def test_calls_on_concurrent_streams_each_get_their_own_work_counter():
     different streams may overlap, so each stream has its own. Many launches of one prepared call on four
     streams at once, each stream with its own inputs, must all give that stream's answer."""
     attn = maskc.load(EXAMPLES / "document.mask", head_dim=128, dtype="bf16", arch="sm_90a")
-    docs, bounds = [[3000, 1096], [2000, 2000]], [0, 4096, 8192]
+    docs, bounds = [[3000, 1096], [2048, 2048]], [0, 4096, 8192]
     cu = torch.tensor(bounds, dtype=torch.int32, device="cuda")
     streams = [torch.cuda.Stream() for _ in range(4)]
     inputs = [[torch.randn(8192, 8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3)] for _ in streams]
