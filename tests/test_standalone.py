@@ -5,6 +5,8 @@ the same per-pair code as classify_tile, which the host version here uses)."""
 from __future__ import annotations
 
 import ctypes
+import shutil
+import subprocess
 
 import host_mask
 import numpy as np
@@ -136,3 +138,20 @@ def test_len_of_a_table_in_a_sequence_value(tmp_path):
                                                       ptr(arrays), ctypes.c_longlong(16), ctypes.byref(used))
         assert count == len(lay.starts)
         np.testing.assert_array_equal(row, tables.seq_table[0])
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.parametrize("name, options", [("document", dict(arch="sm_90a")), ("rm_shared", dict(arch="sm_80")),
+                                           ("clear", dict(arch="sm_90a", head_dim=64))])
+def test_the_cu_builds_with_nvcc_as_its_banner_says_without_warnings(name, options, tmp_path):
+    """The whole generated file (kernels, mask code, host planner) with the nvcc command its banner gives,
+    every warning an error: the forward and backward kernels of both families (the Hopper fused pass at head
+    dim 128, its dQ and dK/dV pair at 64), lists and grids in the planner."""
+    compiled = compile_file(EXAMPLES / f"{name}.mask", KernelOptions(**options))
+    source = tmp_path / f"{name}.cu"
+    source.write_text(compiled.source)
+    banner = next(line for line in compiled.source.splitlines() if line.startswith("// Build: "))
+    command = banner.removeprefix("// Build: ").split(" (")[0].replace("FILE.cu", str(source)).split()
+    run = subprocess.run([*command, "-Werror", "all-warnings", "-o", str(tmp_path / f"{name}.o")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
