@@ -1167,7 +1167,10 @@ def environment() -> dict:
         parts = [p.strip() for p in info["nvidia_smi"].split(",")]
         if len(parts) >= 2:
             info["driver"] = parts[1]
-    info["git_commit"] = _command(["git", "-C", str(ROOT), "rev-parse", "HEAD"]) or os.environ.get("MASKC_COMMIT")
+    # The maskc measured may be a wheel built elsewhere than this checkout: MASKC_COMMIT names its commit.
+    checkout = _command(["git", "-C", str(ROOT), "rev-parse", "HEAD"])
+    info["git_commit"] = os.environ.get("MASKC_COMMIT") or checkout
+    info["harness_commit"] = checkout
     for module in ("torch", "triton", "cupy", "maskc", "matplotlib"):
         try:
             info[module] = __import__(module).__version__
