@@ -234,7 +234,7 @@ SM90A_BACKWARD_ARGS = BACKWARD_ARGS + TENSOR_MAPS + (
 # The fused Hopper pass: dQ is summed over key tiles into an fp32 accumulator by the dK/dV kernel, then scaled
 # and rounded into dq by a last kernel.
 SM90A_FUSED_BACKWARD_ARGS = SM90A_BACKWARD_ARGS + (
-    Arg("dq_accum", "float*", "fp32 scratch, zeroed before the pass: [work_items][num_heads][block_q * head_dim], "
+    Arg("dq_accum", "float*", "fp32 scratch, zeroed by prep: [work_items][num_heads][block_q * head_dim], "
                               "each query tile's sum of dS K over key tiles, in wgmma's accumulator order"),
 )
 

@@ -270,7 +270,7 @@ class Attention:
                           (a.data.ptr for a in _upload(key_tables, tq.device, stream))))
         if bwd.fused:  # per query tile and head, the fp32 sum of dS K over key tiles; dq_store rounds it into dq
             block = options.block_q * options.head_dim
-            dq_accum = _empty_like(tq.obj, (len(desc.work_seq), hq, block), "float32", zeros=True)
+            dq_accum = _empty_like(tq.obj, (len(desc.work_seq), hq, block), "float32")  # prep zeroes it
             values["dq_accum"] = _pointer(dq_accum)
         if any(a.name == "tm_q" for a in bwd.args):  # the Hopper kernels read through TMA tensor maps
             q_run, k_run = min(compiled.tiling.run("q"), bwd.q_step), compiled.tiling.run("k")
@@ -540,17 +540,16 @@ def _pointer(x) -> int:
     return x.data_ptr() if type(x).__module__.startswith("torch") else x.data.ptr
 
 
-def _empty_like(q, shape, dtype, zeros: bool = False):
-    """A new array on q's device and library: q's dtype, or float32 when `dtype` is given; zeroed on request."""
+def _empty_like(q, shape, dtype):
+    """A new array on q's device and library: q's dtype, or float32 when `dtype` is given."""
     if type(q).__module__.startswith("torch"):
         import torch
 
-        make = torch.zeros if zeros else torch.empty
-        return make(shape, dtype=q.dtype if dtype is None else torch.float32, device=q.device)
+        return torch.empty(shape, dtype=q.dtype if dtype is None else torch.float32, device=q.device)
     import cupy
 
     with q.device:
-        return (cupy.zeros if zeros else cupy.empty)(shape, dtype=q.dtype if dtype is None else cupy.float32)
+        return cupy.empty(shape, dtype=q.dtype if dtype is None else cupy.float32)
 
 
 def _stream(t: _Tensor):
