@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from maskc import ir
 from maskc.diagnostics import error
 from maskc.ir.ops import BOOL, INT, spell
-from maskc.ir.ranges import Range, static_range
+from maskc.ir.ranges import INT32, Range, static_range
 from maskc.kernels.abi import SeqTable
 
 # At most 31 rules: a tile's kind keeps one bit per rule, and the standalone classifier's CLASS_FULL is bit 31.
@@ -125,6 +125,7 @@ class _Builder:
         # By node identity (the program holds every node): `render` asks at each node about the tree below it.
         self.deps_memo: dict[int, frozenset[str]] = {}
         self.range_memo: dict[int, dict[int, Range]] = {}  # per region
+        self.clamped: dict[tuple, ir.Expr] = {}  # narrowed(): the clamped sequence values made so far
 
     def deps(self, e: ir.Expr) -> frozenset[str]:
         """Which tokens an expression depends on: {} (the sequence), {'q'}, {'k'} or both."""
@@ -219,7 +220,9 @@ class _Builder:
         sub = lambda x: self.render(x, r, region, where)  # noqa: E731
         o = ir.operation(e)
         if o is not None and o.op.result == BOOL:
-            rendered = [sub(a) for a in o.args]
+            args = [self.narrowed(a, other, region) for a, other in zip(o.args, reversed(o.args))] \
+                if o.op.operands == INT else o.args
+            rendered = [sub(a) for a in args]
             if o.op.operands == INT:  # a comparison: both sides in one type
                 types = [t for _, t in rendered]
                 t = "long long" if "long long" in types else types[0] if types[0] == types[1] else "int"
@@ -249,6 +252,22 @@ class _Builder:
             # array_read returns a 64-bit value; give it the type its range was given (else overloads clash)
             return _cast(f"array_read(s, {slot}, {idx[0]}, {idx[1]})", "long long", t), t
         raise TypeError(f"cannot render {e!r}")
+
+    def narrowed(self, e: ir.Expr, other: ir.Expr, region: ir.Region) -> ir.Expr:
+        """`e`, one side of a comparison, or in its place the same per-sequence value clamped to one past the
+        range of `other`, the token side, where that makes the comparison 32-bit: `other` OP e and `other` OP
+        clamp(e, lo - 1, hi + 1) agree for every `other` in [lo, hi] and each of < <= > >= == !=. So clear's
+        `(q.y - k.y)^2 + (q.x - k.x)^2 <= r^2` compares in 32 bits, once per pair of a partial tile, where r^2
+        (a runtime value) would make it 64-bit."""
+        if self.deps(e) or not self.deps(other) or self.is_bool(e) or self.range(e, region).fits_int32:
+            return e
+        span = self.range(other, region)
+        if not (INT32[0] < span.lo and span.hi < INT32[1]):
+            return e
+        key = (e, span.lo, span.hi)
+        if key not in self.clamped:  # kept: the range memo goes by node identity
+            self.clamped[key] = ir.clamp(e, ir.Const(span.lo - 1), ir.Const(span.hi + 1))
+        return self.clamped[key]
 
     def render_bool(self, e: ir.Expr, r: int, region: ir.Region, where: str) -> str:
         if isinstance(e, ir.Ancestor):

@@ -176,8 +176,7 @@ def _call(e: Call, index_vars: IndexVars) -> ir.Expr:
         return ir.Ancestor(parent.text, _expr(node, index_vars), _expr(ancestor, index_vars), span=span)
     args = [_expr(a, index_vars) for a in e.args]
     if func == "clamp":
-        x, lo, hi = args
-        return ir.Binary("min", ir.Binary("max", x, lo, span=span), hi, span=span)
+        return ir.clamp(*args, span=span)
     op = CALLS[func]
     if op.arity == 1:
         return ir.Unary(op.name, args[0], span=span)

@@ -190,6 +190,11 @@ def with_children(e: Expr, new: tuple[Expr, ...]) -> Expr:
     return e
 
 
+def clamp(x: Expr, lo: Expr, hi: Expr, span: Span = _NOSPAN) -> Expr:
+    """The language's clamp(x, lo, hi): min(max(x, lo), hi)."""
+    return Binary("min", Binary("max", x, lo, span=span), hi, span=span)
+
+
 def walk(e: Expr) -> Iterator[Expr]:
     """Every node of `e`, parents before children (and children in order). A loop, not a recursion: a
     generator per level would make a walk cost its depth per node."""
