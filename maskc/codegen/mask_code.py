@@ -266,7 +266,7 @@ class _Builder:
             return e
         key = (e, span.lo, span.hi)
         if key not in self.clamped:  # kept: the range memo goes by node identity
-            self.clamped[key] = ir.clamp(e, ir.Const(span.lo - 1), ir.Const(span.hi + 1))
+            self.clamped[key] = ir.clamp(e, ir.Const(span.lo - 1), ir.Const(span.hi + 1), span=e.span)
         return self.clamped[key]
 
     def render_bool(self, e: ir.Expr, r: int, region: ir.Region, where: str) -> str:
