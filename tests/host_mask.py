@@ -25,8 +25,9 @@ extern "C" void maskc_eval_all(const i64* seq_table, const int* seg_start, const
     }
 }
 
-// The same pairs as the kernels reach them: key tile by key tile, each column through its tile's slots and
-// tile_column() (the tile's segment where every tile lies in one).
+// The same pairs as the kernels reach them: key tile by key tile, each column through key_column() (slot
+// 8 group + offset of its tile, with the tile's segment where every tile lies in one). out[n * n] is set where
+// key_column's token or validity disagrees with slot_token's.
 extern "C" void maskc_eval_by_tiles(const i64* seq_table, const int* seg_start, const int* seg_code, const int* arrays,
                                     int b, int n, int k_tiles, int k_slots, unsigned char* out) {
     const MaskSeq s = mask_seq(seq_table, seg_start, seg_code, arrays, b);
@@ -37,8 +38,10 @@ extern "C" void maskc_eval_by_tiles(const i64* seq_table, const int* seg_start, 
             const SegmentAt segment = tile_segment(s, keys);
             for (int c = 0; c < k_slots; ++c) {
                 const int k = slot_token(keys, c);
+                const MaskCol col = key_column(s, keys, c / 8, c % 8, segment);
+                if (col.valid != (k >= 0) || (k >= 0 && col.index != k)) out[(long long)n * n] = 1;
                 if (k < 0) continue;
-                out[(long long)q * n + k] = mask_visible(s, row, tile_column(s, k, segment), 0xffffffffu);
+                out[(long long)q * n + k] = mask_visible(s, row, col, 0xffffffffu);
             }
         }
     }
@@ -84,11 +87,14 @@ def evaluate_all(lib: ctypes.CDLL, tables, b: int, n: int) -> np.ndarray:
 
 
 def evaluate_by_tiles(lib: ctypes.CDLL, tables, b: int, n: int, k_tiles: int, k_slots: int) -> np.ndarray:
-    out = np.zeros((n, n), dtype=np.uint8)
+    """The mask as the kernels evaluate it, tile by tile through key_column(); an AssertionError where
+    key_column() gives another token (or validity) than slot_token() for some slot."""
+    out = np.zeros(n * n + 1, dtype=np.uint8)
     ptrs = _table_pointers(tables)
     lib.maskc_eval_by_tiles(*ptrs, ctypes.c_int(b), ctypes.c_int(n), ctypes.c_int(k_tiles), ctypes.c_int(k_slots),
                             out.ctypes.data_as(ctypes.c_void_p))
-    return out.astype(bool)
+    assert out[-1] == 0, f"sequence {b}: key_column() and slot_token() disagree on some slot"
+    return out[:-1].reshape(n, n).astype(bool)
 
 
 def tokens(lib: ctypes.CDLL, tables, b: int, side: str, tiles: int, slots: int) -> np.ndarray:

@@ -172,6 +172,23 @@ def test_an_operand_wider_than_the_result_is_not_narrowed_first(rule, consts, w,
 
 
 @needs_cxx
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("op", ["<", "<=", ">", ">=", "==", "!="])
+def test_a_token_expression_against_a_64_bit_value_compares_in_32_bits(op, arch, host_dir):
+    """clear's `dy^2 + dx^2 <= r^2` with r a runtime value: the token side fits 32 bits, so the sequence side is
+    clamped to one past the token side's range and the pair compares in 32 bits, with the same answer for any
+    value, the 64-bit extremes included."""
+    c = compile_text("mask t(r: int = 0, s: int = 0)\nsegments:\n    I = grid(6, 8)\nrules:\n"
+                     f"    I -> I   where (q.y - k.y)^2 + (q.x - k.x)^2 {op} r * 65536 + s\n", KernelOptions(arch=arch))
+    rule = next(line for line in c.source.splitlines() if line.strip().startswith("if ((kind & 1u)"))
+    assert "long long" not in rule, rule
+    # The token side is 0 .. 74 here; thresholds at its ends, past them, and at the 64-bit value's extremes.
+    values = [(0, s) for s in (-1, 0, 1, 5, 73, 74, 75)] + [(-1, 0), (40000, 0), (-40000, 0), (2**31 - 1, 2**31 - 1),
+                                                            (-(2**31), -(2**31))]
+    host_mask.check_generated_code(c, [{"n": 48, "r": r, "s": s} for r, s in values], host_dir)
+
+
+@needs_cxx
 @pytest.mark.parametrize("rule", [
     "S -> S   where " + " or ".join(f"q - k == {3 * i} + w" for i in range(20)),
     "S -> S   where " + " and ".join(f"(q + {i}) % 23 != k % 17" for i in range(20)),
