@@ -62,7 +62,7 @@ class BackwardKernels:
 
     def threads(self, kernel: str) -> int:
         if kernel in ("prep", "dq_store"):
-            return 256  # prep and dq_store: whole rows, 16 bytes a thread; dq_store: one per consumer thread
+            return 256  # whole rows, 16 bytes a thread; dq_store also reads one float4 per dK/dV consumer thread
         return 384 if self.hopper else 128
 
     def shared_memory_bytes(self, options: KernelOptions, kernel: str) -> int:
