@@ -180,7 +180,7 @@ def test_a_token_expression_against_a_64_bit_value_compares_in_32_bits(op, arch,
     value, the 64-bit extremes included."""
     c = compile_text("mask t(r: int = 0, s: int = 0)\nsegments:\n    I = grid(6, 8)\nrules:\n"
                      f"    I -> I   where (q.y - k.y)^2 + (q.x - k.x)^2 {op} r * 65536 + s\n", KernelOptions(arch=arch))
-    rule = next(line for line in c.source.splitlines() if line.strip().startswith("if ((kind & 1u)"))
+    rule = next(line for line in c.source.splitlines() if line.strip().startswith("visible |= ((kind & 1u)"))
     assert "long long" not in rule, rule
     # The token side is 0 .. 74 here; thresholds at its ends, past them, and at the 64-bit value's extremes.
     values = [(0, s) for s in (-1, 0, 1, 5, 73, 74, 75)] + [(-1, 0), (40000, 0), (-40000, 0), (2**31 - 1, 2**31 - 1),

@@ -24,6 +24,13 @@ from maskc.kernels.abi import SeqTable
 # At most 31 rules: a tile's kind keeps one bit per rule, and the standalone classifier's CLASS_FULL is bit 31.
 MAX_REGIONS = 31
 
+# Up to this many rules, mask_visible() evaluates every rule of a pair and combines them with & and |, branch-free,
+# whatever the tile's kind. Testing the kind's rules one by one (&& ||, a return per rule) made ptxas branch
+# twice per rule and pair: clear_text's Hopper forward spent 17-20 instructions a pair on its three rules where
+# clear spends ~6 on its one. Past this many, a pair costs every rule's test, most of them outside its tile's
+# kind, and the branches are the cheaper way.
+EAGER_RULES = 4
+
 
 @dataclass(frozen=True)
 class SeqValue:
@@ -53,6 +60,8 @@ class RegionCode:
     row_on: str
     col_on: str
     elem: str
+    # Evaluated whatever the tile's kind, with the other rules (EAGER_RULES); not for a rule that walks a tree.
+    eager: bool
     # A region by rows: its keys [lo, hi) per row, as MaskRow fields (`elem` tests them); None otherwise.
     lo: str | None = None
     hi: str | None = None
@@ -312,7 +321,8 @@ class _Builder:
         def join(ts: list[str]) -> str:  # a long conjunction evaluates every term (render_bool says why)
             return (" & " if len(ts) > ir.SHORT_CHAIN else " && ").join(ts) if ts else "true"
 
-        return RegionCode(r, region.rule or ir.show(region.pred), join(row_terms), join(col_terms), join(elem_terms))
+        return RegionCode(r, region.rule or ir.show(region.pred), join(row_terms), join(col_terms), join(elem_terms),
+                          self.eager(region))
 
 
     def region_by_rows(self, r: int, region: ir.Region) -> RegionCode:
@@ -327,7 +337,15 @@ class _Builder:
         hi, _ = self.hoist(rows.hi, r, region, "q")
         elem = f"(k.index >= {lo} && k.index < {hi})"
         rule = (region.rule or ir.show(region.pred)) + f"  [keys {ir.show(rows.lo)} .. {ir.show(rows.hi)})"
-        return RegionCode(r, rule, " && ".join(row_terms) if row_terms else "true", "true", elem, lo, hi)
+        return RegionCode(r, rule, " && ".join(row_terms) if row_terms else "true", "true", elem, self.eager(region),
+                          lo, hi)
+
+    def eager(self, region: ir.Region) -> bool:
+        """Whether mask_visible() tests the region branch-free with the others (EAGER_RULES): few rules, and
+        none of its tests an ancestor() walk, whose loop only the tiles of its kind should pay for. Evaluating
+        any other test is safe (render_bool says why)."""
+        return len(self.program.regions) <= EAGER_RULES and not any(
+            isinstance(n, ir.Ancestor) for n in ir.walk(region.pred))
 
 
 def c_literal(value: int, as_int: bool) -> str:

@@ -69,6 +69,19 @@ class Tiling:
         first grid block; None when no block is a grid."""
         return next((i for i, b in enumerate(self.blocks) if b.grid), None)
 
+    @property
+    def key_box(self) -> tuple[int, int, int] | None:
+        """The (t, y, x) box through which the kernels read every key tile's columns (key_column() in
+        common/mask.cu.j2), or None: the grid blocks' one key-tile shape, at least 8 wide (a group of 8
+        columns lies in one box row). A run block's tile is read through the same box (its slots are
+        consecutive, so any box of block_k slots holds them in order), so mixed tilings (clear_text's text run
+        and image grid) qualify too; grids with different key shapes do not."""
+        shapes = {b.k_shape for b in self.blocks if b.grid}
+        if len(shapes) != 1:
+            return None
+        (shape,) = shapes
+        return shape if shape[2] >= 8 and shape[0] * shape[1] * shape[2] == self.block_k else None
+
     def step_box(self, side: str, slots: int) -> tuple[int, int, int]:
         """The (t, y, x) shape of `slots` consecutive slots of a `side` tile of the box block (the whole tile
         when `slots` is its size): whole rows of the tile, then whole frames (tile extents are powers of two),
