@@ -189,6 +189,17 @@ def test_a_token_expression_against_a_64_bit_value_compares_in_32_bits(op, arch,
 
 
 @needs_cxx
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_run_tiles_read_through_the_grids_key_box_beside_a_grid(arch, host_dir):
+    """clear_text's key tiles are read through the grid's key box (Tiling.key_box), its text run's too: text
+    runs that end inside a tile, span several tiles or are empty keep their tokens, their validity (the run's
+    end) and their mask, with three eager rules evaluated for every kind."""
+    c = compiled("clear_text", KernelOptions(arch=arch))
+    assert c.tiling.key_box is not None and "t.end" in c.source
+    host_mask.check_generated_code(c, [{"text": t, "r": 5} for t in (0, 1, 63, 64, 150, 257)], host_dir)
+
+
+@needs_cxx
 @pytest.mark.parametrize("rule", [
     "S -> S   where " + " or ".join(f"q - k == {3 * i} + w" for i in range(20)),
     "S -> S   where " + " and ".join(f"(q + {i}) % 23 != k % 17" for i in range(20)),

@@ -60,6 +60,20 @@ def test_grids_whose_coordinates_are_not_read_are_runs():
     assert [(b.first, b.last, b.grid) for b in t.blocks] == [(0, 0, False), (1, 1, True), (2, 2, False)]
 
 
+def test_key_box_is_the_grid_blocks_one_key_shape_at_least_8_wide():
+    """key_column() reads every key tile through Tiling.key_box: a run's tile too, beside a grid (clear_text),
+    but not grids of two key shapes, nor a box narrower than a group of 8 columns, nor a tiling without grids."""
+    assert tiling_for(example("clear")[0], 128, 64).key_box == (1, 4, 16)
+    assert tiling_for(example("clear_text")[0], 128, 128).key_box == (1, 8, 16)
+    assert tiling_for(example("causal")[0], 128, 64).key_box is None
+    two = ("mask t(const w: int = 4)\nsegments:\n    I = grid(9, w)\n    J = grid(3, 40)\n"
+           "rules:\n    I -> I   where q.x == k.x\n    J -> J   where q.y == k.y\n")
+    t = tiling_for(program(two), 128, 64)
+    assert [b.k_shape for b in t.blocks] == [(1, 16, 4), (1, 4, 16)] and t.key_box is None
+    assert tiling_for(program(two.replace("J = grid(3, 40)", "J = grid(3, 4)")), 128, 64).key_box is None  # 4 wide
+    assert tiling_for(program(two.replace("= 4)", "= 40)")), 128, 64).key_box == (1, 4, 16)
+
+
 @pytest.mark.parametrize("dims, q_shape, k_shape", [
     ((100, 4), (1, 32, 4), (1, 16, 4)),  # narrow grids give their slots to rows
     ((100, 1), (1, 128, 1), (1, 64, 1)),
