@@ -120,7 +120,7 @@ TENSORS = (
 OUTPUTS = (
     Arg("o", "u16*", "output, addressed like q"),
     Arg("lse", "float*", "log-sum-exp (natural log) at b*lse_stride_b + h*lse_stride_h + token_offset[b] + t; "
-                         "-inf for a row that sees no key"),
+                         "-inf for a row that sees no key; null: not written (a call that does not return it)"),
 )
 TENSOR_STRIDES = _strides("q", "q") + _strides("k", "k") + _strides("v", "v")
 OUTPUT_STRIDES = _strides("o", "o") + (

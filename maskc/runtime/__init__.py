@@ -336,7 +336,8 @@ class Attention:
             function = getattr(kernel, "kernel", kernel)
         prepared = PreparedLaunch(function.ptr, cupy.cuda.Device(tq.device), grid, family.threads, shared,
                                   family.forward_args, args, ("o", "lse"), device_tables, cupy_kernel=kernel)
-        return _Launch(prepared, tuple(tq.shape), lse_shape, caller_out, caller_lse)
+        return _Launch(prepared, tuple(tq.shape), lse_shape, caller_out, caller_lse,
+                       out_like_q=tq.strides == _contiguous_strides(tq.shape))
 
 
 @dataclass(frozen=True)
@@ -458,16 +459,19 @@ class _Launch:
     lse_shape: tuple
     caller_out: bool
     caller_lse: bool
+    out_like_q: bool  # q is contiguous, so empty_like(q) is laid out as the packed O strides say
 
     def launch(self, q, out, lse) -> None:
+        """Launch on q's current stream, writing `out` and `lse` (None: the kernel writes no LSE)."""
         self.prepared.launch(current_stream_handle(q), None if self.caller_out else _pointer(out),
-                             None if self.caller_lse else _pointer(lse))
+                             None if self.caller_lse else 0 if lse is None else _pointer(lse))
 
     def run(self, q, out, lse, return_lse: bool):
-        """A repeated call: new outputs unless the caller gave them, then the launch."""
-        if out is None:
-            out = _empty_like(q, self.out_shape, None)
-        if lse is None:
+        """A repeated call: new outputs unless the caller gave them (LSE only when it is returned: an
+        allocation is a quarter of a repeated call's host time), then the launch."""
+        if out is None:  # empty_like(q): half the host time of an allocation by shape, dtype and device
+            out = _like(q) if self.out_like_q else _empty_like(q, self.out_shape, None)
+        if lse is None and return_lse:
             lse = _empty_like(q, self.lse_shape, "float32")
         self.launch(q, out, lse)
         return (out, lse) if return_lse else out
@@ -552,6 +556,23 @@ def _empty_like(q, shape, dtype):
         return cupy.empty(shape, dtype=q.dtype if dtype is None else cupy.float32)
 
 
+def _like(q):
+    """A new uninitialised array like q (shape, dtype, device, and layout where q is contiguous)."""
+    if type(q).__module__.startswith("torch"):
+        import torch
+
+        return torch.empty_like(q)
+    import cupy
+
+    with q.device:
+        return cupy.empty_like(q)
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides, in elements, of an array of this shape."""
+    return tuple(int(s) for s in np.cumprod((1,) + tuple(shape)[::-1])[:-1][::-1])
+
+
 def _stream(t: _Tensor):
     """The caller's current stream as a CuPy stream (torch's current stream for torch tensors)."""
     return cupy_stream(current_stream_handle(t.obj), t.device)
@@ -582,9 +603,8 @@ def _outputs(tq: _Tensor, out, lse, lse_shape) -> tuple[_Tensor, _Tensor]:
 
 def _check_lse(tl: _Tensor, tq: _Tensor, lse_shape) -> None:
     expected = tuple(int(x) for x in lse_shape)
-    contiguous = tuple(int(x) for x in np.cumprod((1,) + expected[::-1])[:-1][::-1])
-    if (tl.shape != expected or tl.dtype != "float32" or tl.strides != contiguous or tl.device != tq.device
-            or tl.library != tq.library):
+    if (tl.shape != expected or tl.dtype != "float32" or tl.strides != _contiguous_strides(expected)
+            or tl.device != tq.device or tl.library != tq.library):
         raise ValueError(f"lse must be a contiguous float32 tensor of shape {list(expected)} on q's device")
 
 

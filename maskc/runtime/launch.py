@@ -38,6 +38,7 @@ class PreparedLaunch:
         from cuda.bindings import driver
 
         self._driver = driver
+        self._success = driver.CUresult.CUDA_SUCCESS
         # CuPy's launch of the same packed arguments: with MASKC_DIRECT_LAUNCH=0, and the fallback when this
         # cuda-bindings refuses the direct call (its Python API differs between versions).
         self._cupy_kernel = cupy_kernel
@@ -76,7 +77,7 @@ class PreparedLaunch:
                         raise
                     self._use_cupy = True
                     return self._launch_with_cupy(stream_handle)
-        if err != self._driver.CUresult.CUDA_SUCCESS:
+        if err != self._success:
             raise RuntimeError(f"maskc: the kernel launch failed ({err.name})")
 
     def _launch_with_cupy(self, stream_handle: int) -> None:

@@ -228,6 +228,25 @@ def test_repeated_calls_reuse_the_prepared_launch_and_stay_right(arch):
         torch.testing.assert_close(out2, expected, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_a_repeated_call_that_does_not_return_lse_writes_none(arch):
+    """A repeated call without return_lse launches with a null LSE (no allocation, no write); calls of the same
+    prepared launch that return it, or write it into the caller's buffer, still get the exact LSE."""
+    attn = maskc.load(EXAMPLES / "document.mask", head_dim=128, dtype="bf16", arch=arch)
+    q, k, v = (torch.randn(700, 4, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    call = {"cu_seqlens": [0, 300, 700], "docs": [[100, 200], [400]]}
+    out, lse = attn(q, k, v, return_lse=True, **call)  # plans and prepares the launch
+    mine = torch.full_like(lse, float("nan"))
+    for return_lse in (False, True, False, True):
+        got = attn(q, k, v, return_lse=return_lse, **call)
+        torch.testing.assert_close(got[0] if return_lse else got, out, rtol=0, atol=0)
+        if return_lse:
+            torch.testing.assert_close(got[1], lse, rtol=0, atol=0)
+        attn(q, k, v, lse=mine, **call)  # the caller's LSE buffer: written even though not returned
+        torch.testing.assert_close(mine, lse, rtol=0, atol=0)
+        mine.fill_(float("nan"))
+
+
 @pytest.mark.skipif("sm_90a" not in FAMILIES, reason="a Hopper-family option")
 @pytest.mark.parametrize("name", ["causal", "document", "clear_text", "rm_shared"])
 def test_example_hopper_three_kv_stages(name):
