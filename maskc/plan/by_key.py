@@ -48,7 +48,9 @@ def by_key(desc: Descriptor) -> KeyDescriptor:
     visit = np.argsort(-counts, kind="stable")  # most work first, as the forward kernels visit query tiles
     rank = np.empty_like(visit)
     rank[visit] = np.arange(len(visit))
-    order = np.lexsort((q_tile, rank[global_k]))
+    # By key tile (in visiting order), then query tile: one sort of a combined key (lexsort of the two: 1.4-2x
+    # slower at 32K; the pairs are distinct, so the order is the same).
+    order = np.argsort(rank[global_k] * (int(q_tile.max(initial=0)) + 1) + q_tile, kind="stable")
     work_seq = (np.searchsorted(k_base, visit, side="right") - 1).astype(np.int32)
     return KeyDescriptor(
         work_seq=work_seq,
