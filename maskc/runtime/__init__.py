@@ -470,7 +470,7 @@ class _Launch:
         """A repeated call: new outputs unless the caller gave them (LSE only when it is returned: an
         allocation is a quarter of a repeated call's host time), then the launch."""
         if out is None:  # empty_like(q): half the host time of an allocation by shape, dtype and device
-            out = _like(q) if self.out_like_q else _empty_like(q, self.out_shape, None)
+            out = _empty_as(q) if self.out_like_q else _empty_like(q, self.out_shape, None)
         if lse is None and return_lse:
             lse = _empty_like(q, self.lse_shape, "float32")
         self.launch(q, out, lse)
@@ -556,7 +556,7 @@ def _empty_like(q, shape, dtype):
         return cupy.empty(shape, dtype=q.dtype if dtype is None else cupy.float32)
 
 
-def _like(q):
+def _empty_as(q):
     """A new uninitialised array like q (shape, dtype, device, and layout where q is contiguous)."""
     if type(q).__module__.startswith("torch"):
         import torch
