@@ -1,0 +1,130 @@
+"""Where a repeated call's host time goes (a development probe; bench/harness.py --first-call reports the per-call
+figure itself). Causal attention, N = 1024, 16 heads, head dim 128, bf16, on the GPU:
+
+    python bench/percall.py pieces        # each piece of the fast path timed alone, and the whole call
+    python bench/percall.py alternatives  # other ways to do the same pieces (allocation, keys, launch)
+    python bench/percall.py harness       # the harness's measure: host time of each call, packed, no_grad
+
+Timings are medians of `outer` loops of `inner` calls (us per call), with a synchronize before each loop. The
+host side of these machines moves by several us between runs: compare builds alternately, in one call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+import maskc
+from maskc import runtime
+from maskc.runtime import launch
+
+CAUSAL = Path(__file__).resolve().parents[1] / "examples" / "causal.mask"
+
+
+def per_call(fn, inner: int = 100, outer: int = 40) -> float:
+    times = []
+    for _ in range(outer):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        times.append((time.perf_counter() - start) / inner * 1e6)
+    return statistics.median(times)
+
+
+def report(rows) -> None:
+    for name, fn in rows:
+        fn()
+        torch.cuda.synchronize()
+        print(f"{name:48s} {per_call(fn):7.2f} us", flush=True)
+
+
+def pieces() -> None:
+    attn = maskc.load(CAUSAL, head_dim=128, dtype="bf16")
+    q, k, v = (torch.randn(1, 1024, 16, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    attn(q, k, v)
+    torch.cuda.synchronize()
+    ((key, prepared_call),) = attn._launches.items()
+    prepared = prepared_call.prepared
+    out, lse = torch.empty_like(q), torch.empty(1, 16, 1024, device="cuda", dtype=torch.float32)
+    stream = launch.current_stream_handle(q)
+    report([
+        ("attn(q, k, v)", lambda: attn(q, k, v)),
+        ("attn(q, k, v, return_lse=True)", lambda: attn(q, k, v, return_lse=True)),
+        ("_through_torch_op", lambda: runtime._through_torch_op(q, k, v)),
+        ("_call_key", lambda: runtime._call_key(q, k, v, None, None, None, None, {})),
+        ("the prepared launches' look-up", lambda: attn._launches.get(key)),
+        ("O like q (_empty_as)", lambda: runtime._empty_as(q)),
+        ("LSE by shape (_empty_like)", lambda: runtime._empty_like(q, prepared_call.lse_shape, "float32")),
+        ("current_stream_handle", lambda: launch.current_stream_handle(q)),
+        ("work_counter", lambda: launch.work_counter(0, stream)),
+        ("PreparedLaunch.launch", lambda: prepared.launch(stream, out.data_ptr(), lse.data_ptr())),
+    ])
+
+
+def alternatives() -> None:
+    attn = maskc.load(CAUSAL, head_dim=128, dtype="bf16")
+    q, k, v = (torch.randn(1, 1024, 16, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    attn(q, k, v)
+    torch.cuda.synchronize()
+    prepared = next(iter(attn._launches.values())).prepared
+    stream = launch.current_stream_handle(q)
+    addresses = ctypes.addressof(prepared._addresses)
+    cu_launch = ctypes.CDLL("libcuda.so.1").cuLaunchKernel  # no argtypes: the arguments are ctypes values already
+    cu_launch.restype = ctypes.c_int
+    one = ctypes.c_uint(1)
+    prebuilt = (ctypes.c_void_p(int(prepared._function)), ctypes.c_uint(prepared.grid), one, one,
+                ctypes.c_uint(prepared.threads), one, one, ctypes.c_uint(prepared.shared), ctypes.c_void_p(stream),
+                ctypes.c_void_p(addresses), ctypes.c_void_p(0))
+    shape, lse_shape = tuple(q.shape), (1, 16, 1024)
+    report([
+        ("torch.empty(shape, dtype=, device=)", lambda: torch.empty(shape, dtype=q.dtype, device=q.device)),
+        ("q.new_empty(shape)", lambda: q.new_empty(shape)),
+        ("torch.empty_like(q)", lambda: torch.empty_like(q)),
+        ("torch.empty(lse_shape, float32, device=)", lambda: torch.empty(lse_shape, dtype=torch.float32,
+                                                                          device=q.device)),
+        ("tensor key with .device", lambda: (q.data_ptr(), q.shape, q.stride(), q.dtype, q.device)),
+        ("tensor key with .get_device()", lambda: (q.data_ptr(), q.shape, q.stride(), q.dtype, q.get_device())),
+        ("torch.compiler.is_compiling()", torch.compiler.is_compiling),
+        ("cuda-bindings cuLaunchKernel", lambda: prepared._driver.cuLaunchKernel(
+            prepared._function, prepared.grid, 1, 1, prepared.threads, 1, 1, prepared.shared, launch._stream(stream),
+            addresses, 0)),
+        ("ctypes cuLaunchKernel, prebuilt arguments", lambda: cu_launch(*prebuilt)),
+    ])
+
+
+def harness_style(rounds: int = 5, calls: int = 200) -> None:
+    """As bench/harness.py's call_overhead: packed inputs, a CPU cu_seqlens, under no_grad; the host time of
+    each call (median) and a loop of `calls` with a synchronize only at its ends."""
+    attn = maskc.load(CAUSAL, head_dim=128, dtype="bf16")
+    q, k, v = (torch.randn(1024, 16, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    cu = torch.tensor([0, 1024], dtype=torch.int32)
+    with torch.no_grad():
+        for _ in range(rounds):
+            for _ in range(10):
+                attn(q, k, v, cu_seqlens=cu)
+            torch.cuda.synchronize()
+            host = []
+            start = time.perf_counter()
+            for _ in range(calls):
+                t0 = time.perf_counter()
+                attn(q, k, v, cu_seqlens=cu)
+                host.append(time.perf_counter() - t0)
+            torch.cuda.synchronize()
+            loop = (time.perf_counter() - start) / calls
+            print(f"host {1e6 * statistics.median(host):6.1f} us  loop {1e6 * loop:6.1f} us", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=("pieces", "alternatives", "harness"))
+    {"pieces": pieces, "alternatives": alternatives, "harness": harness_style}[ap.parse_args().what]()
+
+
+if __name__ == "__main__":
+    main()
