@@ -59,7 +59,7 @@ def pieces() -> None:
         ("_through_torch_op", lambda: runtime._through_torch_op(q, k, v)),
         ("_call_key", lambda: runtime._call_key(q, k, v, None, None, None, None, {})),
         ("the prepared launches' look-up", lambda: attn._launches.get(key)),
-        ("O like q (_empty_as)", lambda: runtime._empty_as(q)),
+        ("O like q (_empty_like, shape None)", lambda: runtime._empty_like(q, None, None)),
         ("LSE by shape (_empty_like)", lambda: runtime._empty_like(q, prepared_call.lse_shape, "float32")),
         ("current_stream_handle", lambda: launch.current_stream_handle(q)),
         ("work_counter", lambda: launch.work_counter(0, stream)),

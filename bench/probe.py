@@ -47,7 +47,8 @@ def probe(name: str, backward: bool) -> str:
     torch.cuda.synchronize()
     ms = do_bench(step, warmup=50, rep=300, return_mode="median")
     work = harness.BACKWARD_FLOPS if backward else 1.0
-    return f"{name:16s} {'bwd' if backward else 'fwd'} {work * harness.tflops(pairs, 16, 128, ms):7.1f} TFLOP/s {ms:8.3f} ms"
+    tflops = work * harness.tflops(pairs, 16, 128, ms)
+    return f"{name:16s} {'bwd' if backward else 'fwd'} {tflops:7.1f} TFLOP/s {ms:8.3f} ms"
 
 
 def main():

@@ -662,9 +662,9 @@ def _visiting_order(qtile_base: np.ndarray, gq: np.ndarray, lo: np.ndarray, hi: 
     chain (documents that do not start on a tile boundary share the tile where one ends and the next begins),
     but items that start on the same tile always do. Groups go longest first, and inside a
     group its items longest first, so that the CTAs running at once read the K and V of few groups and find
-    them in L2 (forward on the H200: document 423 -> 460, hstu_jagged 383 -> 454 TFLOP/s), while the order stays close to
-    longest first, which the Hopper forward's dynamic scheduler hands out greedily (the static assignment it had
-    then paid 5-8% imbalance for the grouping). Causal, full and sliding masks are one group:
+    them in L2 (forward on the H200: document 423 -> 460, hstu_jagged 383 -> 454 TFLOP/s), while the order
+    stays close to longest first, which the Hopper forward's dynamic scheduler hands out greedily (the static
+    assignment it had then paid 5-8% imbalance for the grouping). Causal, full and sliding masks are one group:
     their order is plain longest first. Ties keep the q tiles' order."""
     total_q = len(counts)
     seq = np.searchsorted(qtile_base, np.arange(total_q), side="right") - 1

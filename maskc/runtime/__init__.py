@@ -469,8 +469,8 @@ class _Launch:
     def run(self, q, out, lse, return_lse: bool):
         """A repeated call: new outputs unless the caller gave them (LSE only when it is returned: an
         allocation is a quarter of a repeated call's host time), then the launch."""
-        if out is None:  # empty_like(q): half the host time of an allocation by shape, dtype and device
-            out = _empty_as(q) if self.out_like_q else _empty_like(q, self.out_shape, None)
+        if out is None:
+            out = _empty_like(q, None if self.out_like_q else self.out_shape, None)
         if lse is None and return_lse:
             lse = _empty_like(q, self.lse_shape, "float32")
         self.launch(q, out, lse)
@@ -545,27 +545,21 @@ def _pointer(x) -> int:
 
 
 def _empty_like(q, shape, dtype):
-    """A new array on q's device and library: q's dtype, or float32 when `dtype` is given."""
+    """A new array on q's device and library: q's dtype, or float32 when `dtype` is given; `shape` None: q's
+    shape and dtype, by empty_like (q's layout where q is contiguous; half the host time of an allocation by
+    shape, dtype and device, H200)."""
     if type(q).__module__.startswith("torch"):
         import torch
 
+        if shape is None:
+            return torch.empty_like(q)
         return torch.empty(shape, dtype=q.dtype if dtype is None else torch.float32, device=q.device)
     import cupy
 
     with q.device:
+        if shape is None:
+            return cupy.empty_like(q)
         return cupy.empty(shape, dtype=q.dtype if dtype is None else cupy.float32)
-
-
-def _empty_as(q):
-    """A new uninitialised array like q (shape, dtype, device, and layout where q is contiguous)."""
-    if type(q).__module__.startswith("torch"):
-        import torch
-
-        return torch.empty_like(q)
-    import cupy
-
-    with q.device:
-        return cupy.empty_like(q)
 
 
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
