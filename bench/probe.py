@@ -2,7 +2,7 @@
 workloads, effective TFLOP/s and a do_bench median. No correctness check: experiment builds may be wrong on
 purpose (a mask removed to price it); bench/harness.py is the checked comparison.
 
-    python bench/probe.py [--backward] WORKLOAD ...
+    python bench/probe.py [--backward] [--head-dim 64|128|256] WORKLOAD ...
 
 The backward counts as 2.5 forward passes (bench/harness.py's convention) and is timed alone: one forward,
 then `attn.backward(...)` repeated.
@@ -26,13 +26,13 @@ import harness
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
-def probe(name: str, backward: bool) -> str:
+def probe(name: str, backward: bool, head_dim: int = 128) -> str:
     """One workload's line: effective TFLOP/s and the median time."""
     w = harness.make_workload(name)
-    q, k, v, d_out = (torch.randn(w.n, 16, 128, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+    q, k, v, d_out = (torch.randn(w.n, 16, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(4))
     cu_seqlens = torch.tensor([0, *np.cumsum(w.lengths)], dtype=torch.int32)
     pairs = harness.count_pairs(harness.mask_mod(w, lambda a: torch.as_tensor(a, device="cuda")), w.n, "cuda")
-    attn = maskc.load(EXAMPLES / f"{name}.mask", head_dim=128, dtype="bf16", **w.consts)
+    attn = maskc.load(EXAMPLES / f"{name}.mask", head_dim=head_dim, dtype="bf16", **w.consts)
     params = w.maskc_params()
     if backward:
         out, lse = attn(q, k, v, cu_seqlens=cu_seqlens, return_lse=True, **params)
@@ -47,7 +47,7 @@ def probe(name: str, backward: bool) -> str:
     torch.cuda.synchronize()
     ms = do_bench(step, warmup=50, rep=300, return_mode="median")
     work = harness.BACKWARD_FLOPS if backward else 1.0
-    tflops = work * harness.tflops(pairs, 16, 128, ms)
+    tflops = work * harness.tflops(pairs, 16, head_dim, ms)
     return f"{name:16s} {'bwd' if backward else 'fwd'} {tflops:7.1f} TFLOP/s {ms:8.3f} ms"
 
 
@@ -55,9 +55,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("workloads", nargs="+", choices=harness.WORKLOADS)
     ap.add_argument("--backward", action="store_true", help="time the backward pass instead of the forward")
+    ap.add_argument("--head-dim", type=int, default=128, choices=(64, 128, 256))
     args = ap.parse_args()
     for name in args.workloads:
-        print(probe(name, args.backward), flush=True)
+        print(probe(name, args.backward, args.head_dim), flush=True)
 
 
 if __name__ == "__main__":

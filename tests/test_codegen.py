@@ -20,6 +20,7 @@ from maskc.codegen import MAX_REGIONS, render_source
 from maskc.compiler import compile_file, compile_text
 from maskc.diagnostics import MaskError
 from maskc.kernels import KernelOptions, kernel_name
+from maskc.kernels.family import MAX_SHARED_BYTES
 from maskc.tools.reference import dense_mask
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -253,12 +254,22 @@ def test_the_fused_pass_carries_its_three_kernels_and_their_launch():
     assert "dq_accum" in c.source and "[work_items][num_heads][block_q * head_dim]" in c.source
 
 
-def test_head_dim_256_has_no_backward_yet_and_says_so():
-    c = compiled("causal", KernelOptions(head_dim=256, arch="sm_90a"))
-    assert c.options.backward is None and "// Backward: none for head dim 256" in c.source
-    with pytest.raises(ValueError, match=r"no backward kernels for head dim 256 in the sm90a family \(they support "
-                                         r"head dims \[64, 128\]\)"):
-        c.backward_cubin
+def test_head_dim_256_backward_is_the_hopper_pair_with_the_head_dim_split_in_two():
+    options = KernelOptions(head_dim=256, arch="sm_90a")
+    bwd = options.backward
+    assert bwd.name == "hopper" and bwd.deterministic and options.tile == (128, 64)
+    # two dQ CTAs per (query tile, head), each half of dQ's columns; one K/V stage is what fits beside Q and dO
+    assert bwd.dq_splits(options) == 2 and bwd.grid("dq", options, 10, 4, 2) == 80
+    assert bwd.dq_kv_stages(options) == 1 and bwd.shared_memory_bytes(options, "dq") <= MAX_SHARED_BYTES
+    assert bwd.dq_splits(KernelOptions(arch="sm_90a", backward_kernels="hopper")) == 1
+    c = compiled("causal", options)
+    assert "constexpr bool SPLIT_HEAD_DIM = true;" in c.source and "constexpr int KV_STAGES = 1;" in c.source
+    assert "grid = (work_items * num_heads * 2, 1, 1)" in c.source
+    backward_source = c.source[c.source.index("namespace maskc_backward_hopper"):]  # (the forward's P V is n256)
+    assert "wgmma.mma_async.sync.aligned.m64n128k16" in backward_source and "m64n256k16" not in backward_source
+    with pytest.raises(ValueError, match=r"backward_kernels must be one of \['hopper'\] for head dim 256 and key tile "
+                                         r"64 on sm_90a"):
+        KernelOptions(arch="sm_90a", head_dim=256, backward_kernels="hopper_fused")
 
 
 def test_the_backward_kernels_are_an_option_checked_against_the_family():
@@ -280,8 +291,7 @@ def test_the_backward_kernels_are_an_option_checked_against_the_family():
         KernelOptions(arch="sm_90a", key_tile=64, backward_kernels="hopper")
     with pytest.raises(ValueError, match=r"backward_kernels must be one of \['portable'\] .* on sm_80"):
         KernelOptions(arch="sm_80", backward_kernels="hopper")
-    with pytest.raises(ValueError, match=r"backward_kernels='hopper': there is no backward pass for head dim 256"):
-        KernelOptions(arch="sm_90a", head_dim=256, backward_kernels="hopper")
+    assert KernelOptions(arch="sm_90a", head_dim=256).backward.name == "hopper"
     c = compiled("causal", KernelOptions(arch="sm_90a", backward_kernels="hopper"))
     assert "block = (384, 1, 1)" in c.source and "tm_dout" in c.source
 

@@ -196,7 +196,7 @@ def test_let_in_a_segment_length_and_inside_a_call():
 ])
 def test_a_local_name_may_not_hide_another_name(rule, message):
     text = error_text(read_program, _mask(rule))
-    assert f"<mask>:5:" in text.splitlines()[0] and message in text.splitlines()[0]
+    assert "<mask>:5:" in text.splitlines()[0] and message in text.splitlines()[0]
 
 
 def test_a_problem_inside_a_definition_is_reported_where_it_is_written():

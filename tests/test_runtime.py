@@ -40,7 +40,7 @@ def test_loads_splits_kernel_options_from_const_values(attn):
     other = maskc.loads(SHARED_PROMPT, w=9, arch="sm_80")
     assert dict(other.program.consts) == {"w": 9} and other.compiled.options.head_dim == 128
     assert "backward=hopper_fused (not deterministic)" in repr(maskc.loads(SHARED_PROMPT, arch="sm_90a"))
-    assert "backward=none" in repr(maskc.loads(SHARED_PROMPT, arch="sm_90a", head_dim=256))
+    assert "backward=hopper (deterministic)" in repr(maskc.loads(SHARED_PROMPT, arch="sm_90a", head_dim=256))
     assert "backward=hopper (deterministic)" in repr(maskc.loads(SHARED_PROMPT, arch="sm_90a", deterministic=True))
     options, consts = split_options({"head_dim": 64, "w": 3})
     assert options.arch == "sm_90a" and consts == {"w": 3}  # no GPU here: the most common target, Hopper

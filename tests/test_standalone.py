@@ -142,11 +142,13 @@ def test_len_of_a_table_in_a_sequence_value(tmp_path):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 @pytest.mark.parametrize("name, options", [("document", dict(arch="sm_90a")), ("rm_shared", dict(arch="sm_80")),
-                                           ("clear", dict(arch="sm_90a", head_dim=64))])
+                                           ("clear", dict(arch="sm_90a", head_dim=64)),
+                                           ("causal", dict(arch="sm_90a", head_dim=256))])
 def test_the_cu_builds_with_nvcc_as_its_banner_says_without_warnings(name, options, tmp_path):
     """The whole generated file (kernels, mask code, host planner) with the nvcc command its banner gives,
     every warning an error: the forward and backward kernels of both families (the Hopper fused pass at head
-    dim 128, its dQ and dK/dV pair at 64), lists and grids in the planner."""
+    dim 128, its dQ and dK/dV pair at 64 and, with the head dim split in two, at 256), lists and grids in the
+    planner."""
     compiled = compile_file(EXAMPLES / f"{name}.mask", KernelOptions(**options))
     source = tmp_path / f"{name}.cu"
     source.write_text(compiled.source)

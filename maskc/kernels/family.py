@@ -44,7 +44,11 @@ class BackwardKernels:
     head_dims: tuple[int, ...]
     args: tuple[abi.Arg, ...] = abi.BACKWARD_ARGS  # both kernels take this list
     hopper: bool = False
-    key_tiles: tuple[int, ...] = ()  # the plan's key tiles it supports; () for any
+    key_tiles: tuple[tuple[int, int], ...] = ()  # the (head dim, plan key tile) pairs it supports; () for any
+    # Head dims at which the Hopper kernels split the head dim in two, where the registers for the whole of it
+    # are not there: each dK/dV consumer takes all keys of a (64-key) tile and half of dK and dV, and two dQ
+    # CTAs share a query tile, half of dQ each. Both repeat the products S and dP for it.
+    split_head_dims: tuple[int, ...] = ()
     key_chunk: int = 64
     q_step: int = 64
     stages: int = 2
@@ -58,7 +62,21 @@ class BackwardKernels:
         return "dq_store" in self.kernels
 
     def supports(self, options: KernelOptions) -> bool:
-        return options.head_dim in self.head_dims and (not self.key_tiles or options.block_k in self.key_tiles)
+        return options.head_dim in self.head_dims and (not self.key_tiles
+                                                         or (options.head_dim, options.block_k) in self.key_tiles)
+
+    def dq_splits(self, options: KernelOptions) -> int:
+        """dQ CTAs per (query tile, head): 2 where the head dim is split (each writes half of dQ), else 1."""
+        return 2 if options.head_dim in self.split_head_dims else 1
+
+    def dq_kv_stages(self, options: KernelOptions) -> int:
+        """The Hopper dQ kernel's K/V pipeline depth: two stages where they fit beside the Q and dO tiles, else
+        one (head dim 256: 64 KB each of Q and dO, 32 KB each of a K and a V tile)."""
+        return next(s for s in (2, 1) if self._dq_bytes(options, s) <= MAX_SHARED_BYTES)
+
+    def _dq_bytes(self, options: KernelOptions, kv_stages: int) -> int:
+        d, bq, bk = options.head_dim, options.block_q, options.block_k
+        return 1024 + 2 * bq * d * ELEMENT_BYTES + kv_stages * 2 * bk * d * ELEMENT_BYTES + bq * 4 + 8 * (1 + 2 * kv_stages)
 
     def threads(self, kernel: str) -> int:
         if kernel in ("prep", "dq_store"):
@@ -74,7 +92,7 @@ class BackwardKernels:
         if kernel in ("prep", "dq_store"):  # rows straight from global memory
             return 0
         if self.hopper and kernel == "dq":
-            return 1024 + 2 * bq * d * ELEMENT_BYTES + 2 * 2 * bk * d * ELEMENT_BYTES + bq * 4 + 8 * 5
+            return self._dq_bytes(options, self.dq_kv_stages(options))
         if self.hopper:
             per_stage = 2 * self.q_step * d * ELEMENT_BYTES + 2 * self.q_step * 4 + self.q_step * self.row_bytes
             # fused: dS^T of two steps, and a step's dQ (fp32) staged for its bulk reduction
@@ -84,8 +102,10 @@ class BackwardKernels:
         return (2 * bq + k_chunks * self.key_chunk) * d * ELEMENT_BYTES + 2 * bq * 4
 
     def grid(self, kernel: str, options: KernelOptions, items: int, num_heads: int, kv_heads: int) -> int:
-        """dQ (and prep, dq_store): one CTA per (query tile, query head); dK/dV: per (key chunk, key/value
-        head), or per (key tile, key/value head) for the Hopper kernel."""
+        """dQ (and prep, dq_store): one CTA per (query tile, query head), or `dq_splits` of them; dK/dV: per
+        (key chunk, key/value head), or per (key tile, key/value head) for the Hopper kernel."""
+        if kernel == "dq":
+            return items * num_heads * self.dq_splits(options)
         if kernel != "dkdv":
             return items * num_heads
         chunks = 1 if self.hopper else options.block_k // self.key_chunk
@@ -109,7 +129,7 @@ HOPPER_FUSED_BACKWARD = BackwardKernels(
     head_dims=(128,),
     args=abi.SM90A_FUSED_BACKWARD_ARGS,
     hopper=True,
-    key_tiles=(128,),
+    key_tiles=((128, 128),),
     kernels=("prep", "dkdv", "dq_store"),
     deterministic=False,
 )
@@ -117,12 +137,13 @@ HOPPER_FUSED_BACKWARD = BackwardKernels(
 HOPPER_BACKWARD = BackwardKernels(
     name="hopper",
     template="sm90a/attention_bwd.cu.j2",
-    summary="wgmma and TMA, a producer warp and two consumer warpgroups of 64 rows (queries for dQ, keys for dK "
-            "and dV); deterministic (no atomics)",
-    head_dims=(64, 128),
+    summary="wgmma and TMA, a producer warp and two consumer warpgroups of 64 rows (queries for dQ; keys for dK "
+            "and dV, or at head dim 256 all 64 keys of a tile and half the head dim each); deterministic (no atomics)",
+    head_dims=(64, 128, 256),
     args=abi.SM90A_BACKWARD_ARGS,
     hopper=True,
-    key_tiles=(128,),
+    key_tiles=((64, 128), (128, 128), (256, 64)),
+    split_head_dims=(256,),
 )
 
 

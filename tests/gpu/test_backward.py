@@ -151,6 +151,23 @@ def test_gradients_longer_sequences(name, sequences, backward):
     run_autograd(name, backward, sequences=sequences, heads=(4, 1), seed=3)
 
 
+HOPPER = [("sm_90a", None)] if "sm_90a" in FAMILIES else []
+
+
+@pytest.mark.parametrize("backward", HOPPER, ids=["sm_90a-default"][:len(HOPPER)])
+@pytest.mark.parametrize("name, kw", [
+    *[(name, {}) for name in sorted(SMALL)],
+    ("causal", dict(dtype="fp16", heads=(6, 2), seed=1)),
+    ("natten2d", dict(dtype="fp16", heads=(6, 2), seed=1)),
+    ("clear", dict(packed=False, seed=2)),
+    ("document", dict(sequences=[{"docs": [900, 5, 1400, 700]}], heads=(4, 1), seed=3)),
+])
+def test_gradients_hd256_hopper(name, kw, backward):
+    """Head dim 256: the Hopper pair with the head dim split in two (two dQ CTAs per query tile, dK/dV
+    consumers on half the columns each), in bf16 and fp16, packed and padded, with GQA."""
+    run_autograd(name, backward, head_dim=256, **kw)
+
+
 @pytest.mark.parametrize("backward", PASSES, ids=PASS_IDS)
 def test_backward_is_deterministic_and_the_cupy_pair_matches_autograd(backward):
     import cupy
