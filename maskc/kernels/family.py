@@ -69,14 +69,16 @@ class BackwardKernels:
         """dQ CTAs per (query tile, head): 2 where the head dim is split (each writes half of dQ), else 1."""
         return 2 if options.head_dim in self.split_head_dims else 1
 
-    def dq_kv_stages(self, options: KernelOptions) -> int:
-        """The Hopper dQ kernel's K/V pipeline depth: two stages where they fit beside the Q and dO tiles, else
-        one (head dim 256: 64 KB each of Q and dO, 32 KB each of a K and a V tile)."""
-        return next(s for s in (2, 1) if self._dq_bytes(options, s) <= MAX_SHARED_BYTES)
+    def dq_stages(self, options: KernelOptions) -> tuple[int, int]:
+        """The Hopper dQ kernel's K and V pipeline depths (V is free once dP has landed, K only after dQ += dS K):
+        two of each where they fit beside the Q and dO tiles, else two of K and one of V (head dim 256: 64 KB
+        each of Q and dO, 32 KB a K or V tile), else one of each."""
+        return next(s for s in ((2, 2), (2, 1), (1, 1)) if self._dq_bytes(options, *s) <= MAX_SHARED_BYTES)
 
-    def _dq_bytes(self, options: KernelOptions, kv_stages: int) -> int:
+    def _dq_bytes(self, options: KernelOptions, k_stages: int, v_stages: int) -> int:
         d, bq, bk = options.head_dim, options.block_q, options.block_k
-        return 1024 + 2 * bq * d * ELEMENT_BYTES + kv_stages * 2 * bk * d * ELEMENT_BYTES + bq * 4 + 8 * (1 + 2 * kv_stages)
+        tiles = (2 * bq + (k_stages + v_stages) * bk) * d * ELEMENT_BYTES
+        return 1024 + tiles + bq * 4 + 8 * (1 + 2 * (k_stages + v_stages))
 
     def threads(self, kernel: str) -> int:
         if kernel in ("prep", "dq_store"):
@@ -92,7 +94,7 @@ class BackwardKernels:
         if kernel in ("prep", "dq_store"):  # rows straight from global memory
             return 0
         if self.hopper and kernel == "dq":
-            return self._dq_bytes(options, self.dq_kv_stages(options))
+            return self._dq_bytes(options, *self.dq_stages(options))
         if self.hopper:
             per_stage = 2 * self.q_step * d * ELEMENT_BYTES + 2 * self.q_step * 4 + self.q_step * self.row_bytes
             # fused: dS^T of two steps, and a step's dQ (fp32) staged for its bulk reduction
