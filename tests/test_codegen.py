@@ -265,7 +265,8 @@ def test_head_dim_256_backward_is_the_hopper_pair_with_the_head_dim_split_in_two
     assert bwd.dq_stages(KernelOptions(arch="sm_90a", backward_kernels="hopper")) == (2, 2)
     assert bwd.dq_splits(KernelOptions(arch="sm_90a", backward_kernels="hopper")) == 1
     c = compiled("causal", options)
-    assert "constexpr bool SPLIT_HEAD_DIM = true;" in c.source and "constexpr int K_STAGES = 2, V_STAGES = 1;" in c.source
+    assert "constexpr bool SPLIT_HEAD_DIM = true;" in c.source
+    assert "constexpr int K_STAGES = 2, V_STAGES = 1;" in c.source
     assert "grid = (work_items * num_heads * 2, 1, 1)" in c.source
     backward_source = c.source[c.source.index("namespace maskc_backward_hopper"):]  # (the forward's P V is n256)
     assert "wgmma.mma_async.sync.aligned.m64n128k16" in backward_source and "m64n256k16" not in backward_source
