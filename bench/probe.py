@@ -60,9 +60,9 @@ def main():
     ap.add_argument("--kv-stages", type=int, choices=(2, 3), help="the Hopper forward's K/V pipeline depth")
     ap.add_argument("--backward-kernels", help="which backward pass (maskc.load's backward_kernels)")
     args = ap.parse_args()
+    given = {"kv_stages": args.kv_stages, "backward_kernels": args.backward_kernels}
+    options = {k: v for k, v in given.items() if v is not None}  # the others: maskc.load's defaults
     for name in args.workloads:
-        options = {"kv_stages": args.kv_stages, "backward_kernels": args.backward_kernels}
-        options = {k: v for k, v in options.items() if v is not None}
         print(probe(name, args.backward, args.head_dim, **options), flush=True)
 
 
