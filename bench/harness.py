@@ -67,6 +67,11 @@ EXAMPLES = ROOT / "examples"
 ANCHOR_N = 32768
 WORKLOADS = ("full", "causal", "sliding_window", "document", "shared_prompt", "rm_shared", "hstu", "hstu_jagged",
              "clear", "clear_text")
+# The other examples at their defaults (N = 32768 each): masks outside ANCHORS.md, run on request
+# (`--workloads more` for all of them).
+MORE_WORKLOADS = ("chunked_causal", "prefix_lm", "sinks_window", "global_window", "dilated_window", "tree",
+                  "natten2d", "video3d")
+ALL_WORKLOADS = WORKLOADS + MORE_WORKLOADS
 SYSTEMS = ("maskc", "flex-triton", "sdpa-flash", "sdpa-cudnn", "fa4", "flex-fa4")
 LABELS = {"maskc": "maskc", "flex-triton": "flexT", "sdpa-flash": "sdpaF", "sdpa-cudnn": "cuDNN", "fa4": "FA4",
           "flex-fa4": "flexFA4"}
@@ -151,9 +156,11 @@ def make_workload(name: str, n: int = ANCHOR_N) -> Workload:
     """ANCHORS.md's workload `name` at N = 32768 (exactly the defaults of examples/NAME.mask); other N scale
     every segment, window and target count by N / 32768 (grids keep their width: N must then be a multiple
     of 256)."""
-    if name not in WORKLOADS:
-        raise ValueError(f"unknown workload {name!r}; the workloads: {', '.join(WORKLOADS)}")
+    if name not in ALL_WORKLOADS:
+        raise ValueError(f"unknown workload {name!r}; the workloads: {', '.join(ALL_WORKLOADS)}")
     consts: dict = {}
+    if name in MORE_WORKLOADS:
+        return _more_workload(name, n)
     if name in ("full", "causal"):
         seqs = [{"n": n}]
     elif name == "sliding_window":
@@ -187,6 +194,32 @@ def make_workload(name: str, n: int = ANCHOR_N) -> Workload:
         else:
             consts, seqs = {"h": h, "w": 252}, [{"n": n, "text": 4 * h, "r": 16}]
     return Workload(name, n, consts, seqs)
+
+
+def _more_workload(name: str, n: int) -> Workload:
+    """The examples outside ANCHORS.md: their defaults at N = 32768, scaled as make_workload says."""
+    consts: dict = {}
+    if name == "chunked_causal":
+        seq = {"n": n, "chunk": _scaled(2048, n)}
+    elif name == "prefix_lm":
+        seq = {"n": n, "prefix": _scaled(4096, n)}
+    elif name == "sinks_window":
+        seq = {"n": n, "sinks": 4, "window": _scaled(4096, n)}
+    elif name == "global_window":
+        seq = {"n": n, "global_tokens": 16, "radius": _scaled(2048, n)}
+    elif name == "dilated_window":
+        seq = {"n": n, "window": _scaled(1024, n), "dilation": 4}
+    elif name == "tree":
+        seq = {"n": n, "parent": [-1, 0, 0, 1, 1, 2, 3, 4]}
+    elif name == "natten2d":
+        if n % 256:
+            raise ValueError(f"natten2d needs N to be a multiple of 256 (a grid of N / 256 rows), got {n}")
+        consts, seq = {"h": n // 256, "w": 256}, {"n": n, "kernel": 13, "d": 1}
+    else:  # video3d: frames of 64 x 64
+        if n % 4096:
+            raise ValueError(f"video3d needs N to be a multiple of 4096 (frames of 64 x 64), got {n}")
+        consts, seq = {"frames": n // 4096, "h": 64, "w": 64}, {"n": n, "rt": 1, "ry": 7, "rx": 7}
+    return Workload(name, n, consts, [seq])
 
 
 def _ids(lengths, array):
@@ -230,7 +263,75 @@ def mask_mod(w: Workload, array=np.asarray):
         text = seqs[0]["text"]
         circle = _circle_mod(w.consts["w"], seqs[0]["r"] ** 2, strict=True)
         return lambda b, h, q, k: (q < text) | (k < text) | ((q >= text) & (k >= text) & circle(b, h, q - text, k - text))
+    if name in MORE_WORKLOADS:
+        return _more_mask_mod(w, array)
     raise ValueError(f"no mask_mod for {name!r}")
+
+
+def _more_mask_mod(w: Workload, array):
+    """mask_mods of MORE_WORKLOADS, written from docs/language.md's meaning of each example's rules."""
+    name, s = w.name, w.sequences[0]
+    if name == "chunked_causal":
+        chunk = s["chunk"]
+        return lambda b, h, q, k: (k <= q) & (q // chunk == k // chunk)
+    if name == "prefix_lm":
+        prefix = s["prefix"]
+        return lambda b, h, q, k: (k < prefix) | (k <= q)
+    if name == "sinks_window":
+        sinks, window = s["sinks"], s["window"]
+        return lambda b, h, q, k: (k <= q) & ((k < sinks) | (q - k < window))
+    if name == "global_window":
+        g, radius = s["global_tokens"], s["radius"]
+        return lambda b, h, q, k: (q < g) | (k < g) | (q - k <= radius) & (k - q <= radius)
+    if name == "dilated_window":
+        span, dilation = s["window"] * s["dilation"], s["dilation"]
+        return lambda b, h, q, k: (k <= q) & (q - k < span) & ((q - k) % dilation == 0)
+    if name == "tree":
+        return _tree_mod(w.n, s["parent"], array)
+    if name == "natten2d":
+        return _natten_mod(w.consts["h"], w.consts["w"], s["kernel"], s["d"])
+    frames_w, plane = w.consts["w"], w.consts["h"] * w.consts["w"]
+    rt, ry, rx = s["rt"], s["ry"], s["rx"]
+
+    def video_mod(b, h, q, k):
+        near = lambda a, c, r: (a - c <= r) & (c - a <= r)  # noqa: E731 - |a - c| <= r without abs()
+        return (near(q // plane, k // plane, rt) & near(q % plane // frames_w, k % plane // frames_w, ry)
+                & near(q % frames_w, k % frames_w, rx))
+    return video_mod
+
+
+def _tree_mod(n: int, parent: list[int], array):
+    """A causal prefix, then a draft tree whose nodes see the whole prefix and their ancestors (and themselves)."""
+    d = len(parent)
+    ancestor = np.zeros((d, d), dtype=bool)
+    for node in range(d):
+        at = node
+        while at >= 0:
+            ancestor[node, at] = True
+            at = parent[at]
+    table, prefix = array(ancestor.reshape(-1)), n - d
+
+    def mod(b, h, q, k):
+        node_q, node_k = (q - prefix).clip(0, d - 1), (k - prefix).clip(0, d - 1)
+        in_tree = (q >= prefix) & (k >= prefix) & table[node_q * d + node_k]
+        return ((k <= q) & (k < prefix)) | in_tree
+    return mod
+
+
+def _natten_mod(height: int, width: int, kernel: int, d: int):
+    """examples/natten2d.mask: a kernel x kernel window of the query's residue class, clamped inside the grid."""
+    def start(c, extent):  # the window's first row (column) in units of d, clamped
+        hi = (extent - c % d + d - 1) // d - kernel
+        x = c // d - kernel // 2
+        x = x * (x >= 0)
+        return x - (x - hi) * (x > hi)
+
+    def mod(b, h, q, k):
+        qy, qx, ky, kx = q // width, q % width, k // width, k % width
+        sy, sx = start(qy, height), start(qx, width)
+        return ((qy % d == ky % d) & (qx % d == kx % d) & (ky // d - sy >= 0) & (ky // d - sy < kernel)
+                & (kx // d - sx >= 0) & (kx // d - sx < kernel))
+    return mod
 
 
 def _circle_mod(width: int, r2: int, strict: bool):
@@ -296,8 +397,10 @@ def maskc_options(args) -> dict:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workloads", nargs="*", choices=WORKLOADS, default=list(WORKLOADS), metavar="NAME",
-                   help=f"anchor workloads (default: all); none skips the table. One of: {', '.join(WORKLOADS)}")
+    p.add_argument("--workloads", nargs="*", choices=ALL_WORKLOADS + ("more",), default=list(WORKLOADS),
+                   metavar="NAME",
+                   help=f"workloads (default: ANCHORS.md's {len(WORKLOADS)}); none skips the table; 'more' adds the "
+                        f"other examples. One of: {', '.join(ALL_WORKLOADS)}")
     p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS), metavar="NAME",
                    help=f"systems (default: all). One of: {', '.join(SYSTEMS)}")
     p.add_argument("--family", choices=list(FAMILIES), default="auto",
@@ -322,6 +425,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.n <= 0 or args.heads <= 0 or args.rows <= 0:
         p.error("--n, --heads and --rows must be positive")
+    if "more" in args.workloads:
+        args.workloads = list(dict.fromkeys(w for name in args.workloads
+                                            for w in (MORE_WORKLOADS if name == "more" else (name,))))
     return args
 
 
