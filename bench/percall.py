@@ -95,7 +95,16 @@ def alternatives() -> None:
             prepared._function, prepared.grid, 1, 1, prepared.threads, 1, 1, prepared.shared, launch._stream(stream),
             addresses, 0)),
         ("ctypes cuLaunchKernel, prebuilt arguments", lambda: cu_launch(*prebuilt)),
+        ("with the launch's cupy Device", lambda: _enter(prepared.device)),
+        ("torch.cuda.current_device()", torch.cuda.current_device),
+        ("a threading.Lock, held and released", lambda: _enter(prepared._lock)),
+        ("plain_values({})", lambda: runtime.plain_values({})),
     ])
+
+
+def _enter(context) -> None:
+    with context:
+        pass
 
 
 def harness_style(rounds: int = 5, calls: int = 200) -> None:
