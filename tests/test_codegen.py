@@ -114,9 +114,15 @@ def test_floor_division_of_values_that_may_be_negative_uses_the_helpers():
     """C's `/` and `%` truncate: they may only appear where both operands are known non-negative / positive."""
     c = compile_text("mask t(d: int = 3)\nsegments:\n    S = n\nrules:\n"
                      "    S -> S   where (q - k) // d == k % 4 and q % d == 0\n")
-    assert re.search(r"floordiv\(\(q\.index - k\.index\), s\.v\d+\)", c.source)  # q - k < 0, d < 0 possible
-    assert re.search(r"floormod\(t\.index, s\.v\d+\)", c.source)  # d < 0 possible
+    # d is a value of the sequence: a Divisor made once per sequence, a multiply and a shift per pair
+    assert re.search(r"floordiv_by\(\(q\.index - k\.index\), s\.d\d+\)", c.source)  # q - k < 0, d < 0 possible
+    assert re.search(r"floormod_by\(t\.index, s\.d\d+\)", c.source)  # d < 0 possible
+    assert re.search(r"s\.d(\d+) = make_divisor\(s\.v\1\);", c.source)
     assert "(t.index % 4)" in c.source  # k >= 0 and 4 > 0: C's % agrees
+    # A dividend that may be INT_MIN keeps the helper (a negative divisor negates the dividend)
+    c = compile_text("mask t(w: int = 0, d: int = 3)\nsegments:\n    S = n\nrules:\n"
+                     "    S -> S   where min(q, w) % d == 0\n")
+    assert "floormod(imin(t.index, s.v0), s.v1)" in c.source and "make_divisor" not in c.source.split("struct MaskSeq")[1]
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -316,3 +316,32 @@ def test_dispatchers_do_not_spell_operators(path):
     spelled = sorted({(n.lineno, n.value.strip()) for n in ast.walk(tree)
                       if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.strip() in names})
     assert not spelled, f"{path} spells operators (line, name): {spelled}; take them from maskc.ir.ops"
+
+
+@needs_cxx
+def test_division_by_a_divisor_of_the_sequence(tmp_path):
+    """c_by_divisor (a multiply and a shift by mask_seq()'s Divisor) floors as evaluate does, for every int
+    dividend but INT_MIN (mask_code.by_divisor keeps the helper there) and every non-zero int divisor."""
+    source = compile_text(HEADER + "    S -> S causal\n", KernelOptions()).source
+    ops = [op for op in ALL if op.c_by_divisor is not None]
+    assert {op.show for op in ops} == {"{0} // {1}", "{0} % {1}"}
+    functions = [
+        f'extern "C" void by_divisor_{i}(const long long* xs, const long long* ys, int n, long long* out) {{\n'
+        f'    for (int i = 0; i < n; ++i) {{\n'
+        f'        const Divisor d = make_divisor((int)ys[i]);\n'
+        f'        out[i] = {spell(op.c_by_divisor, ["(int)xs[i]", "d"])};\n'
+        f'    }}\n}}\n' for i, op in enumerate(ops)]
+    lib = host_mask.build(source + "\n" + "".join(functions), tmp_path)
+    rng = np.random.default_rng(0)
+    edges = [1, 2, 3, 5, 7, 10, 127, 128, 129, 1000, 2**16 - 1, 2**16 + 1, 2**30 - 1, 2**30, 2**30 + 1, 2**31 - 1]
+    divisors = np.array(edges + [-e for e in edges] + [-(2**31)] + list(rng.integers(-(2**31), 2**31, 200)))
+    divisors = divisors[divisors != 0]
+    dividends = np.array([0, 1, -1, 2**31 - 1, -(2**31) + 1, 2**30, -(2**30)] + list(rng.integers(-(2**31) + 1, 2**31, 300)))
+    x, y = (np.ascontiguousarray(a.reshape(-1).astype(np.int64)) for a in np.meshgrid(dividends, divisors))
+    for i, op in enumerate(ops):
+        out = np.zeros(len(x), dtype=np.int64)
+        getattr(lib, f"by_divisor_{i}")(x.ctypes.data_as(ctypes.c_void_p), y.ctypes.data_as(ctypes.c_void_p),
+                                        ctypes.c_int(len(x)), out.ctypes.data_as(ctypes.c_void_p))
+        want = op.evaluate(x, y)
+        bad = np.nonzero(out != want)[0]
+        assert not len(bad), f"{op.name} by a Divisor: {x[bad[0]]} and {y[bad[0]]} give {out[bad[0]]}, not {want[bad[0]]}"

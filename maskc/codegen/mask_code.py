@@ -78,6 +78,7 @@ class MaskCode:
     """The generated mask, as data for the templates (and for the planner's sequence table)."""
 
     seq_values: list[SeqValue] = field(default_factory=list)
+    divisors: list[int] = field(default_factory=list)  # seq_values that divide: each a Divisor in MaskSeq
     arrays: list[ArrayInfo] = field(default_factory=list)
     row_fields: list[Field] = field(default_factory=list)
     col_fields: list[Field] = field(default_factory=list)
@@ -239,6 +240,8 @@ class _Builder:
             return spell(o.op.c, [a for a, _ in rendered]), "bool"
         if o is not None:
             t = self.range(e, region).ctype
+            if (by_divisor := self.by_divisor(e, r, region, where)) is not None:
+                return by_divisor, t
             rendered = [sub(a) for a in o.args]
             # The operation runs in a type that holds every operand as well as the result: a result may fit
             # 32 bits where an operand does not (`min(q + w, 100)`, `max(start, q - w)`, `(q + w) % 7`), and
@@ -261,6 +264,27 @@ class _Builder:
             # array_read returns a 64-bit value; give it the type its range was given (else overloads clash)
             return _cast(f"array_read(s, {slot}, {idx[0]}, {idx[1]})", "long long", t), t
         raise TypeError(f"cannot render {e!r}")
+
+    def by_divisor(self, e: ir.Expr, r: int, region: ir.Region, where: str) -> str | None:
+        """`a // d` or `a % d` with `d` a value of the sequence and `a` of tokens, in 32 bits, as a multiply and a
+        shift by the Divisor mask_seq() makes of `d` once (mask.cu.j2's floordiv_by); None where that does
+        not apply: a literal divisor (the C compiler does this itself), 64-bit operands or result, or a
+        dividend that may be INT_MIN (negated for a negative divisor)."""
+        o = ir.operation(e)
+        if o.op.c_by_divisor is None:
+            return None
+        a, d = o.args
+        if not self.deps(a) or self.deps(d) or isinstance(d, ir.Const):
+            return None
+        ra, rd = self.range(a, region), self.range(d, region)
+        if not (ra.fits_int32 and ra.lo > INT32[0] and rd.fits_int32 and self.range(e, region).fits_int32):
+            return None
+        value = self.seq_value(d, region)
+        index = int(value.removeprefix("s.v"))
+        if index not in self.code.divisors:
+            self.code.divisors.append(index)
+        code, ctype = self.render(a, r, region, where)
+        return spell(o.op.c_by_divisor, [_cast(code, ctype, "int"), f"s.d{index}"])
 
     def narrowed(self, e: ir.Expr, other: ir.Expr, region: ir.Region) -> ir.Expr:
         """`e`, one side of a comparison, or in its place the same per-sequence value clamped to one past the
