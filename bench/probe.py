@@ -54,7 +54,7 @@ def probe(name: str, backward: bool, head_dim: int = 128, **options) -> str:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("workloads", nargs="+", choices=harness.WORKLOADS)
+    ap.add_argument("workloads", nargs="+", choices=harness.ALL_WORKLOADS)
     ap.add_argument("--backward", action="store_true", help="time the backward pass instead of the forward")
     ap.add_argument("--head-dim", type=int, default=128, choices=(64, 128, 256))
     ap.add_argument("--kv-stages", type=int, choices=(2, 3), help="the Hopper forward's K/V pipeline depth")
