@@ -346,3 +346,26 @@ def test_a_grid_with_a_const_dimension_of_zero(grid, pred, host_dir):
     c = compile_text(f"mask t(const h: int = 0, const w: int = 0)\nsegments:\n    A = n\n    G = {grid}\n"
                      f"rules:\n    A -> A   causal\n    G -> G   where {pred}\n")
     host_mask.isolated(lambda: host_mask.check_generated_code(c, [{"n": 9}, {"n": 0}], host_dir))
+
+
+@needs_cxx
+def test_comparisons_of_both_tokens_split_into_32_bit_sides(host_dir):
+    """natten2d's `0 <= k.y // d - sy < kernel` is 64-bit as written (sy clamps with runtime values); the key's
+    term goes to one side, the rest (query and sequence) to the other, clamped once per row to the key side's
+    range, so the pair compares two ints. Exact for every value: huge and negative kernels and divisors too."""
+    c = compile_file(EXAMPLES / "natten2d.mask", KernelOptions(arch="sm_90a"), {"h": 14, "w": 19})
+    visible = c.source.split("MASKC_FN bool mask_visible")[1].split("\n}\n")[0]
+    assert "long long" not in visible and "(k.h2 >= q.h2) && (k.h2 < q.h3)" in visible
+    row = c.source.split("struct MaskRow {")[1].split("};")[0]
+    assert re.search(r"int h3;  // min\(max\(.* \+ kernel, -\d+\), \d+\)", row)  # sy + kernel, clamped per row
+    big = 2**31 - 1
+    sequences = [{"kernel": 5, "d": 1}, {"kernel": 3, "d": 2}, {"kernel": big, "d": 1}, {"kernel": 4, "d": -3},
+                 {"kernel": -big, "d": big}, {"kernel": 1, "d": -(2**31)}, {"kernel": 20, "d": 7}]
+    host_mask.isolated(lambda: host_mask.check_generated_code(c, sequences, host_dir))
+    # A split whose moved side would leave 64 bits keeps the comparison as written.
+    c = compile_text("mask t(a: int = 1, b: int = 2)\nsegments:\n    S = n\nrules:\n"
+                     "    S -> S   where k + q * 2^31 + q * 2^30 <= a * 2^31 + b\n")
+    visible = c.source.split("MASKC_FN bool mask_visible")[1].split("\n}\n")[0]
+    assert "+ q.h0) + q.h1) <= s.v0)" in visible  # as written: a * 2^31 - q * 2^31 - q * 2^30 may pass -2^63
+    host_mask.isolated(lambda: host_mask.check_generated_code(c, [{"n": 40, "a": 3, "b": 5}, {"n": 30, "a": 0, "b": 7}],
+                                                              host_dir))

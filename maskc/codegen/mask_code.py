@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from maskc import ir
-from maskc.diagnostics import error
-from maskc.ir.ops import BOOL, INT, spell
-from maskc.ir.ranges import INT32, Range, static_range
+from maskc.diagnostics import MaskError, error
+from maskc.ir.ops import BOOL, INT, OPERATORS, spell
+from maskc.ir.ranges import INT32, INT64, Range, static_range
 from maskc.kernels.abi import SeqTable
 
 # At most 31 rules: a tile's kind keeps one bit per rule, and the standalone classifier's CLASS_FULL is bit 31.
@@ -136,6 +136,7 @@ class _Builder:
         self.deps_memo: dict[int, frozenset[str]] = {}
         self.range_memo: dict[int, dict[int, Range]] = {}  # per region
         self.clamped: dict[tuple, ir.Expr] = {}  # narrowed(): the clamped sequence values made so far
+        self.splits: dict[int, tuple | None] = {}  # separated(), by comparison: kept, as the memos go by identity
 
     def deps(self, e: ir.Expr) -> frozenset[str]:
         """Which tokens an expression depends on: {} (the sequence), {'q'}, {'k'} or both."""
@@ -230,6 +231,8 @@ class _Builder:
         sub = lambda x: self.render(x, r, region, where)  # noqa: E731
         o = ir.operation(e)
         if o is not None and o.op.result == BOOL:
+            if o.op.operands == INT and (split := self.separated(e, region)) is not None:
+                o = ir.operation(split)
             args = [self.narrowed(a, other, region) for a, other in zip(o.args, reversed(o.args))] \
                 if o.op.operands == INT else o.args
             rendered = [sub(a) for a in args]
@@ -286,13 +289,55 @@ class _Builder:
         code, ctype = self.render(a, r, region, where)
         return spell(o.op.c_by_divisor, [_cast(code, ctype, "int"), f"s.d{index}"])
 
+    def separated(self, e: ir.Expr, region: ir.Region) -> ir.Expr | None:
+        """A comparison of query and key tokens that would run in 64 bits, as `K op W` with K a sum of terms of
+        one token (the key's, else the query's) whose range fits 32 bits and W the rest, moved across:
+        natten2d's `0 <= k.y // d - sy < kernel` (sy a clamp with runtime values: 64-bit) becomes `k.y // d >=
+        sy` and `k.y // d < sy + kernel`. W depends on the other token and the sequence only, so narrowed()
+        clamps it to K's range once per row (or column) and the pair compares in 32 bits. Exact: only + and -
+        move, and W's range is checked to fit 64 bits. None where no such split exists."""
+        if id(e) not in self.splits:
+            self.splits[id(e)] = self.split_comparison(e, region)
+        found = self.splits[id(e)]
+        return found[1] if found else None
+
+    def split_comparison(self, e: ir.Expr, region: ir.Region) -> tuple | None:
+        """separated()'s work: (e, the new comparison) or None; `e` kept alive with the new nodes."""
+        if not isinstance(e, ir.Compare) or self.deps(e) != frozenset("qk"):
+            return None
+        if self.range(e.lhs, region).fits_int32 and self.range(e.rhs, region).fits_int32:
+            return None
+        terms = [(sign, t) for sign, t in ir.signed_terms(e.lhs) + ir.signed_terms(e.rhs, -1)  # lhs - rhs
+                 if t != ir.Const(0)]
+        if any(len(self.deps(t)) > 1 for _, t in terms):
+            return None
+        for side in "kq":
+            own = [(sign, t) for sign, t in terms if self.deps(t) == {side}]
+            rest = [(-sign, t) for sign, t in terms if self.deps(t) != {side}]  # lhs - rhs op 0: own op -rest
+            if not own:
+                continue
+            op = e.op
+            if all(sign < 0 for sign, _ in own):  # -K op W is K converse -W
+                own, rest, op = [(-a, t) for a, t in own], [(-a, t) for a, t in rest], OPERATORS[op].converse
+            split = ir.Compare(op, ir.signed_sum(own, e.span), ir.signed_sum(rest, e.span), span=e.span)
+            self.clamped[("split", id(e), side)] = split  # alive as long as the memos that hold its nodes' ids
+            try:
+                ranges = [self.range(x, region) for x in (split.lhs, split.rhs)]
+            except MaskError:  # a sum moved across may leave 64 bits where the original did not
+                continue
+            if ranges[0].fits_int32 and INT64[0] <= ranges[1].lo and ranges[1].hi <= INT64[1]:
+                return e, split
+        return None
+
     def narrowed(self, e: ir.Expr, other: ir.Expr, region: ir.Region) -> ir.Expr:
-        """`e`, one side of a comparison, or in its place the same per-sequence value clamped to one past the
-        range of `other`, the token side, where that makes the comparison 32-bit: `other` OP e and `other` OP
-        clamp(e, lo - 1, hi + 1) agree for every `other` in [lo, hi] and each of < <= > >= == !=. So clear's
-        `(q.y - k.y)^2 + (q.x - k.x)^2 <= r^2` compares in 32 bits, once per pair of a partial tile, where r^2
-        (a runtime value) would make it 64-bit."""
-        if self.deps(e) or not self.deps(other) or self.is_bool(e) or self.range(e, region).fits_int32:
+        """`e`, one side of a comparison, or in its place the same value clamped to one past the range of
+        `other`, where that makes the comparison 32-bit: `other` OP e and `other` OP clamp(e, lo - 1, hi + 1)
+        agree for every `other` in [lo, hi] and each of < <= > >= == !=. `e` is a value of the sequence, or of
+        one token where `other` is of the other (separated() makes such sides): computed once per sequence,
+        row or column. So clear's `(q.y - k.y)^2 + (q.x - k.x)^2 <= r^2` compares in 32 bits, once per pair of
+        a partial tile, where r^2 (a runtime value) would make it 64-bit."""
+        if self.deps(e) & self.deps(other) or not self.deps(other) or self.is_bool(e) \
+                or self.range(e, region).fits_int32:
             return e
         span = self.range(other, region)
         if not (INT32[0] < span.lo and span.hi < INT32[1]):

@@ -195,6 +195,28 @@ def clamp(x: Expr, lo: Expr, hi: Expr, span: Span = _NOSPAN) -> Expr:
     return Binary("min", Binary("max", x, lo, span=span), hi, span=span)
 
 
+def signed_terms(e: Expr, sign: int = 1) -> list[tuple[int, Expr]]:
+    """`sign * e` as a signed sum of terms: the operands of its + and -, and of unary minus, taken apart."""
+    if isinstance(e, Binary) and e.op in ("+", "-"):
+        return signed_terms(e.lhs, sign) + signed_terms(e.rhs, sign if e.op == "+" else -sign)
+    if isinstance(e, Unary) and e.op == "neg":
+        return signed_terms(e.arg, -sign)
+    return [(sign, e)]
+
+
+def signed_sum(terms: list[tuple[int, Expr]], span: Span = _NOSPAN) -> Expr:
+    """The signed terms added up, from the left, positive terms first (a leading negative term as 0 - t)."""
+    terms = sorted(terms, key=lambda st: st[0] < 0)
+    if not terms:
+        return Const(0, span=span)
+    sign, out = terms[0]
+    if sign < 0:
+        out = Binary("-", Const(0, span=span), out, span=span)
+    for sign, t in terms[1:]:
+        out = Binary("+" if sign > 0 else "-", out, t, span=span)
+    return out
+
+
 def walk(e: Expr) -> Iterator[Expr]:
     """Every node of `e`, parents before children (and children in order). A loop, not a recursion: a
     generator per level would make a walk cost its depth per node."""
