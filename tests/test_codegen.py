@@ -369,3 +369,23 @@ def test_comparisons_of_both_tokens_split_into_32_bit_sides(host_dir):
     assert "+ q.h0) + q.h1) <= s.v0)" in visible  # as written: a * 2^31 - q * 2^31 - q * 2^30 may pass -2^63
     host_mask.isolated(lambda: host_mask.check_generated_code(c, [{"n": 40, "a": 3, "b": 5}, {"n": 30, "a": 0, "b": 7}],
                                                               host_dir))
+
+
+@needs_cxx
+def test_a_residue_of_both_tokens_compares_per_row_and_column(host_dir):
+    """dilated_window's `(q - k) % dilation == 0` is `q % dilation == k % dilation`: each side once per row or
+    column, an int compare a pair. Exact for negative and huge divisors, and for sums with sequence terms."""
+    c = compile_file(EXAMPLES / "dilated_window.mask", KernelOptions(arch="sm_90a"))
+    visible = c.source.split("MASKC_FN bool mask_visible")[1].split("\n}\n")[0]
+    assert "floormod" not in visible and re.search(r"\(q\.h\d+ == k\.h\d+\)", visible)
+    big = 2**31 - 1
+    sequences = [{"n": 300, "window": 10, "dilation": 3}, {"n": 200, "window": 50, "dilation": -4},
+                 {"n": 150, "window": 7, "dilation": big}, {"n": 150, "window": 300, "dilation": 1},
+                 {"n": 120, "window": -5, "dilation": -(2**31)}]
+    host_mask.isolated(lambda: host_mask.check_generated_code(c, sequences, host_dir))
+    c = compile_text("mask t(a: int = 3, m: int = 5)\nsegments:\n    S = n\nrules:\n"
+                     "    S -> S   where 0 != (2 * q + a - k * 3) % m or (k - q + a) % m == 0\n")
+    visible = c.source.split("MASKC_FN bool mask_visible")[1].split("\n}\n")[0]
+    assert "floormod" not in visible
+    host_mask.isolated(lambda: host_mask.check_generated_code(
+        c, [{"n": 60, "a": 3, "m": 5}, {"n": 50, "a": -7, "m": -3}, {"n": 40, "a": big, "m": 7}], host_dir))

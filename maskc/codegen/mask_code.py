@@ -305,6 +305,8 @@ class _Builder:
         """separated()'s work: (e, the new comparison) or None; `e` kept alive with the new nodes."""
         if not isinstance(e, ir.Compare) or self.deps(e) != frozenset("qk"):
             return None
+        if (residues := self.same_residue(e, region)) is not None:
+            return e, residues
         if self.range(e.lhs, region).fits_int32 and self.range(e.rhs, region).fits_int32:
             return None
         terms = [(sign, t) for sign, t in ir.signed_terms(e.lhs) + ir.signed_terms(e.rhs, -1)  # lhs - rhs
@@ -328,6 +330,30 @@ class _Builder:
             if ranges[0].fits_int32 and INT64[0] <= ranges[1].lo and ranges[1].hi <= INT64[1]:
                 return e, split
         return None
+
+    def same_residue(self, e: ir.Compare, region: ir.Region) -> ir.Expr | None:
+        """`(Q - K) % d == 0` (or `!=`) with Q of the query (and the sequence), K of the key and d of the sequence,
+        as `Q % d == K % d`: d divides Q - K exactly when both leave one residue. Each side is then computed
+        once per row or column and a pair compares two ints (dilated_window's `(q - k) % dilation == 0`)."""
+        if not OPERATORS[e.op].commutative:  # == and != only
+            return None
+        zero = ir.Const(0)
+        rem = e.rhs if e.lhs == zero else e.lhs if e.rhs == zero else None
+        if not (isinstance(rem, ir.Binary) and OPERATORS[rem.op].residue) or self.deps(rem.rhs):
+            return None
+        terms = ir.signed_terms(rem.lhs)
+        if any(len(self.deps(t)) > 1 for _, t in terms):
+            return None
+        query = ir.signed_sum([(sign, t) for sign, t in terms if "k" not in self.deps(t)], e.span)
+        key = ir.signed_sum([(-sign, t) for sign, t in terms if "k" in self.deps(t)], e.span)  # Q - K: K is -(terms)
+        new = ir.Compare(e.op, ir.Binary(rem.op, query, rem.rhs, span=e.span),
+                         ir.Binary(rem.op, key, rem.rhs, span=e.span), span=e.span)
+        self.clamped[("residue", id(e))] = new  # alive as long as the memos that hold its nodes' ids
+        try:
+            self.range(new.lhs, region), self.range(new.rhs, region)
+        except MaskError:  # a side that may leave 64 bits where the dividend did not
+            return None
+        return new
 
     def narrowed(self, e: ir.Expr, other: ir.Expr, region: ir.Region) -> ir.Expr:
         """`e`, one side of a comparison, or in its place the same value clamped to one past the range of

@@ -61,6 +61,7 @@ class Operator:
     # Where the divisor is a value of the sequence: device code over a Divisor that mask_seq() makes of it once
     # (a multiply and a shift a pair instead of a division; codegen.mask_code's by_divisor says when).
     c_by_divisor: str | None = None
+    residue: bool = False  # the result is the dividend's residue: `(a - b) % d == 0` is `a % d == b % d`
     # Connectives: the device code of a long chain, without short-circuits (see codegen.mask_code.render_bool).
     c_eager: str | None = None
     grows: bool = False  # the result can leave 64 bits where the operands fit: `ir.ranges` checks it
@@ -356,7 +357,8 @@ _TABLE = (
                 c_truncating="({0} / {1})", c_by_divisor="floordiv_by({0}, {1})", grows=True, divides=True,
                 identity=1),
     _arithmetic("%", 6, _mod, _mod_range, _mod_box, "floormod({0}, {1})", "{p}_mod({0}, {1}, &err)",
-                c_truncating="({0} % {1})", c_by_divisor="floormod_by({0}, {1})", divides=True),
+                c_truncating="({0} % {1})", c_by_divisor="floormod_by({0}, {1})", divides=True,
+                residue=True),
     _call("min", 2, np.minimum, _min_range, _monotone_box(_min_range), commutative=True, associative=True),
     _call("max", 2, np.maximum, _max_range, _monotone_box(_max_range), commutative=True, associative=True),
     _call("abs", 1, abs, _abs_range, _abs_box, grows=True),  # abs(-2^63) does not fit
