@@ -1374,7 +1374,8 @@ def print_summary(results: dict, args) -> None:
     print(f"{m.get('gpu')} (driver {m.get('driver')}), torch {m.get('torch')}, triton {m.get('triton')}, "
           f"cupy {m.get('cupy')}, maskc {m.get('maskc')} @ {str(m.get('git_commit'))[:10]}, {m.get('date')}")
     setting = f"{args.dtype}, {args.heads} heads, head dim {args.head_dim}, maskc family {args.family}"
-    sections = [(title, rows) for title, rows in ((f"ANCHORS workloads, N = {args.n}", results["anchors"]),
+    named = "ANCHORS workloads" if set(args.workloads) <= set(WORKLOADS) else "workloads"
+    sections = [(title, rows) for title, rows in ((f"{named}, N = {args.n}", results["anchors"]),
                                                   ("sweep, batch 1", results["sweep"])) if rows]
     for title, rows in sections:
         print(format_table(rows, args.systems, f"{title}: forward, {setting}"))
