@@ -136,7 +136,8 @@ class _Builder:
         self.deps_memo: dict[int, frozenset[str]] = {}
         self.range_memo: dict[int, dict[int, Range]] = {}  # per region
         self.clamped: dict[tuple, ir.Expr] = {}  # narrowed(): the clamped sequence values made so far
-        self.splits: dict[int, tuple | None] = {}  # separated(), by comparison: kept, as the memos go by identity
+        self.pair_tests: dict[int, ir.Expr] = {}  # pair_comparison(), by the comparison's identity
+        self.made: list[ir.Expr] = []  # nodes made here, kept alive: the memos above go by identity
 
     def deps(self, e: ir.Expr) -> frozenset[str]:
         """Which tokens an expression depends on: {} (the sequence), {'q'}, {'k'} or both."""
@@ -165,14 +166,17 @@ class _Builder:
             return d is not None and d.type.elem == "bool"
         return False
 
-    def seq_value(self, e: ir.Expr, region: ir.Region) -> str:
+    def seq_index(self, e: ir.Expr, region: ir.Region) -> int:
+        """Where the value of the sequence `e` lies in MaskSeq (`s.v<index>`), added if new."""
         for i, sv in enumerate(self.code.seq_values):
             if sv.expr == e:
-                break
-        else:
-            ctype = "int" if self.is_bool(e) else self.range(e, region).ctype
-            self.code.seq_values.append(SeqValue(e, ctype, self.is_bool(e)))
-            i = len(self.code.seq_values) - 1
+                return i
+        ctype = "int" if self.is_bool(e) else self.range(e, region).ctype
+        self.code.seq_values.append(SeqValue(e, ctype, self.is_bool(e)))
+        return len(self.code.seq_values) - 1
+
+    def seq_value(self, e: ir.Expr, region: ir.Region) -> str:
+        i = self.seq_index(e, region)
         return f"(s.v{i} != 0)" if self.code.seq_values[i].is_bool else f"s.v{i}"
 
     def array(self, name: str) -> int:
@@ -231,8 +235,8 @@ class _Builder:
         sub = lambda x: self.render(x, r, region, where)  # noqa: E731
         o = ir.operation(e)
         if o is not None and o.op.result == BOOL:
-            if o.op.operands == INT and (split := self.separated(e, region)) is not None:
-                o = ir.operation(split)
+            if o.op.operands == INT:
+                o = ir.operation(self.pair_comparison(e, region))
             args = [self.narrowed(a, other, region) for a, other in zip(o.args, reversed(o.args))] \
                 if o.op.operands == INT else o.args
             rendered = [sub(a) for a in args]
@@ -282,31 +286,29 @@ class _Builder:
         ra, rd = self.range(a, region), self.range(d, region)
         if not (ra.fits_int32 and ra.lo > INT32[0] and rd.fits_int32 and self.range(e, region).fits_int32):
             return None
-        value = self.seq_value(d, region)
-        index = int(value.removeprefix("s.v"))
+        index = self.seq_index(d, region)
         if index not in self.code.divisors:
             self.code.divisors.append(index)
         code, ctype = self.render(a, r, region, where)
         return spell(o.op.c_by_divisor, [_cast(code, ctype, "int"), f"s.d{index}"])
 
-    def separated(self, e: ir.Expr, region: ir.Region) -> ir.Expr | None:
-        """A comparison of query and key tokens that would run in 64 bits, as `K op W` with K a sum of terms of
-        one token (the key's, else the query's) whose range fits 32 bits and W the rest, moved across:
-        natten2d's `0 <= k.y // d - sy < kernel` (sy a clamp with runtime values: 64-bit) becomes `k.y // d >=
-        sy` and `k.y // d < sy + kernel`. W depends on the other token and the sequence only, so narrowed()
-        clamps it to K's range once per row (or column) and the pair compares in 32 bits. Exact: only + and -
-        move, and W's range is checked to fit 64 bits. None where no such split exists."""
-        if id(e) not in self.splits:
-            self.splits[id(e)] = self.split_comparison(e, region)
-        found = self.splits[id(e)]
-        return found[1] if found else None
+    def pair_comparison(self, e: ir.Expr, region: ir.Region) -> ir.Expr:
+        """A comparison of query and key tokens as the pair tests it: same_residue()'s or separated()'s form,
+        where one applies, so that what depends on one token is computed once per row or column; else `e`."""
+        if id(e) not in self.pair_tests:
+            both = isinstance(e, ir.Compare) and self.deps(e) == frozenset("qk")
+            new = both and (self.same_residue(e, region) or self.separated(e, region))
+            self.pair_tests[id(e)] = new or e
+            self.made.append(e)
+        return self.pair_tests[id(e)]
 
-    def split_comparison(self, e: ir.Expr, region: ir.Region) -> tuple | None:
-        """separated()'s work: (e, the new comparison) or None; `e` kept alive with the new nodes."""
-        if not isinstance(e, ir.Compare) or self.deps(e) != frozenset("qk"):
-            return None
-        if (residues := self.same_residue(e, region)) is not None:
-            return e, residues
+    def separated(self, e: ir.Compare, region: ir.Region) -> ir.Expr | None:
+        """A comparison of both tokens that would run in 64 bits, as `K op W` with K a sum of terms of one token
+        (the key's, else the query's) whose range fits 32 bits and W the rest, moved across: natten2d's `0 <=
+        k.y // d - sy < kernel` (sy a clamp with runtime values: 64-bit) becomes `k.y // d >= sy` and `k.y // d
+        < sy + kernel`. W depends on the other token and the sequence only, so narrowed() clamps it to K's
+        range once per row (or column) and the pair compares in 32 bits. Exact: only + and - move, and W's
+        range is checked to fit 64 bits. None where no such split exists."""
         if self.range(e.lhs, region).fits_int32 and self.range(e.rhs, region).fits_int32:
             return None
         terms = [(sign, t) for sign, t in ir.signed_terms(e.lhs) + ir.signed_terms(e.rhs, -1)  # lhs - rhs
@@ -322,13 +324,13 @@ class _Builder:
             if all(sign < 0 for sign, _ in own):  # -K op W is K converse -W
                 own, rest, op = [(-a, t) for a, t in own], [(-a, t) for a, t in rest], OPERATORS[op].converse
             split = ir.Compare(op, ir.signed_sum(own, e.span), ir.signed_sum(rest, e.span), span=e.span)
-            self.clamped[("split", id(e), side)] = split  # alive as long as the memos that hold its nodes' ids
+            self.made.append(split)
             try:
                 ranges = [self.range(x, region) for x in (split.lhs, split.rhs)]
             except MaskError:  # a sum moved across may leave 64 bits where the original did not
                 continue
             if ranges[0].fits_int32 and INT64[0] <= ranges[1].lo and ranges[1].hi <= INT64[1]:
-                return e, split
+                return split
         return None
 
     def same_residue(self, e: ir.Compare, region: ir.Region) -> ir.Expr | None:
@@ -348,7 +350,7 @@ class _Builder:
         key = ir.signed_sum([(-sign, t) for sign, t in terms if "k" in self.deps(t)], e.span)  # Q - K: K is -(terms)
         new = ir.Compare(e.op, ir.Binary(rem.op, query, rem.rhs, span=e.span),
                          ir.Binary(rem.op, key, rem.rhs, span=e.span), span=e.span)
-        self.clamped[("residue", id(e))] = new  # alive as long as the memos that hold its nodes' ids
+        self.made.append(new)
         try:
             self.range(new.lhs, region), self.range(new.rhs, region)
         except MaskError:  # a side that may leave 64 bits where the dividend did not
