@@ -480,3 +480,28 @@ def test_an_empty_batch_plans_to_an_empty_descriptor(name):
     for fast in (True, False):
         desc = plan(compiled.program, [], [], TileConfig(), fast=fast)
         assert len(desc.work_seq) == 0 and desc.row_ptr.tolist() == [0] and len(desc.k_tile) == 0
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_run_witnesses_in_closed_form_are_the_witness_slots(name):
+    """The refinement's witness rows and columns of run tiles, computed from each tile's first token and count,
+    are the tokens _witness_slots picks from the tiles' token arrays, for every pair of tiles."""
+    from maskc.plan.tiling import block_of, block_table, tile_tokens, tiling_for
+
+    consts, sequences = SMALL[name]
+    compiled = compile_file(EXAMPLES / f"{name}.mask", consts=consts)
+    _, layouts = compiled.bind(sequences)
+    for block_q, block_k in ((128, 64), (16, 8), (8, 16)):
+        bt = block_table(tiling_for(compiled.program, block_q, block_k), layouts)
+        if not bt.runs_only:
+            pytest.skip("grid tiles are boxes: the generic witnesses serve them")
+        for b in range(len(layouts)):
+            qt, kt = (a.reshape(-1) for a in np.meshgrid(np.arange(bt.tiles("q")[b]), np.arange(bt.tiles("k")[b])))
+            seq = np.full(len(qt), b)
+            rows, cols, q_tokens, k_tokens = planner._witness_tokens(bt, seq, qt, kt)
+            q = tile_tokens(bt, "q", block_of(bt, "q", seq, qt), qt)
+            k = tile_tokens(bt, "k", block_of(bt, "k", seq, kt), kt)
+            assert np.array_equal(rows, np.take_along_axis(q, np.stack(planner._witness_slots(q, k), axis=1), axis=1))
+            assert np.array_equal(cols, np.take_along_axis(k, np.stack(planner._witness_slots(k, q), axis=1), axis=1))
+            some = np.arange(0, len(qt), 3)
+            assert np.array_equal(q_tokens(some), q[some]) and np.array_equal(k_tokens(some), k[some])

@@ -19,6 +19,7 @@ from maskc.plan.tiling import (
     block_table,
     complete,
     extent,
+    run_tiles,
     split,
     tile_tokens,
     tiling_for,
@@ -210,3 +211,21 @@ def test_split_cuts_boxes_of_tiles_into_boxes(dims, parts):
                     assert np.prod(box) == len(np.unique(tokens[tokens >= 0])), (side, a, b)
                 more = hi > lo
                 t0, t1 = lo[more], hi[more]
+
+
+@pytest.mark.parametrize("block_q, block_k", CONFIGS)
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_run_tiles_are_tile_tokens_without_the_array(name, block_q, block_k):
+    """run_tiles(): a run's tile holds first, first + 1, ... in its first `count` slots, as tile_tokens says."""
+    prog, layouts = example(name)
+    bt = block_table(tiling_for(prog, block_q, block_k), layouts)
+    if not bt.runs_only:
+        pytest.skip("grid tiles are boxes, not runs")
+    for side, size in (("q", block_q), ("k", block_k)):
+        for b in range(len(layouts)):
+            tiles = np.arange(bt.tiles(side)[b])
+            g = block_of(bt, side, np.full(len(tiles), b), tiles)
+            first, count = run_tiles(bt, side, g, tiles)
+            slots = np.arange(size)[None, :]
+            want = np.where(slots < count[:, None], first[:, None] + slots, -1)
+            assert np.array_equal(tile_tokens(bt, side, g, tiles), want) and (count >= 1).all()

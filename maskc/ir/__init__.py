@@ -205,16 +205,13 @@ def signed_terms(e: Expr, sign: int = 1) -> list[tuple[int, Expr]]:
 
 
 def signed_sum(terms: list[tuple[int, Expr]], span: Span = _NOSPAN) -> Expr:
-    """The signed terms added up, from the left, positive terms first (a leading negative term as 0 - t)."""
-    terms = sorted(terms, key=lambda st: st[0] < 0)
-    if not terms:
-        return Const(0, span=span)
-    sign, out = terms[0]
-    if sign < 0:
-        out = Binary("-", Const(0, span=span), out, span=span)
-    for sign, t in terms[1:]:
-        out = Binary("+" if sign > 0 else "-", out, t, span=span)
-    return out
+    """The signed terms added up: the positive ones, less the negative ones (each sum a `fold`, so a long one
+    is a balanced tree); 0 for none."""
+    plus, minus = ([t for sign, t in terms if (sign > 0) == positive] for positive in (True, False))
+    total = fold("+", plus, span) if plus else None
+    if not minus:
+        return total if total is not None else Const(0, span=span)
+    return Binary("-", total if total is not None else Const(0, span=span), fold("+", minus, span), span=span)
 
 
 def walk(e: Expr) -> Iterator[Expr]:

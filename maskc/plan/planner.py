@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -45,6 +46,7 @@ from maskc.plan.tiling import (
     block_table,
     complete,
     extent,
+    run_tiles,
     segment_boundaries,
     split,
     tile_sizes,
@@ -457,24 +459,50 @@ def _witness_slots(tokens: np.ndarray, other: np.ndarray) -> list[np.ndarray]:
     return [first, (first + last) // 2, last, diag_lo, diag_hi]
 
 
+def _run_witnesses(first: np.ndarray, count: np.ndarray, other_first: np.ndarray, other_count: np.ndarray,
+                   size: int) -> np.ndarray:
+    """_witness_slots' tokens for tiles of runs (tokens first .. first + count - 1 in the first slots), in closed
+    form: the same slots, without the tiles' [tiles, slots] token arrays (dilated_window's plan: every band tile
+    comes here)."""
+    last = count - 1
+    to_lo, to_hi = other_first - first, other_first + other_count - 1 - first  # the other tile's hull, in slots
+    diag_lo = np.where(to_lo <= last, np.maximum(to_lo, 0), 0)  # argmax of no True is slot 0 ...
+    diag_hi = np.where(to_hi >= 0, np.minimum(to_hi, last), size - 1)  # ... and from the end, the last slot
+    slots = np.stack([np.zeros_like(last), last // 2, last, diag_lo, diag_hi], axis=1)
+    return np.where(slots < count[:, None], first[:, None] + slots, -1)
+
+
+def _witness_tokens(bt, seq, qt, kt) -> tuple[np.ndarray, np.ndarray, Callable, Callable]:
+    """Witness rows and columns of each pair of tiles (_witness_slots), and functions giving the tiles' whole
+    tokens for a selection of the pairs (for the tiles the witnesses do not settle)."""
+    def tokens(side, tiles):
+        return lambda sel: tile_tokens(bt, side, block_of(bt, side, seq[sel], tiles[sel]), tiles[sel])
+
+    if bt.runs_only:
+        (qf, qc), (kf, kc) = (run_tiles(bt, side, block_of(bt, side, seq, t), t) for side, t in (("q", qt), ("k", kt)))
+        rows, cols = _run_witnesses(qf, qc, kf, kc, bt.size_q), _run_witnesses(kf, kc, qf, qc, bt.size_k)
+        return rows, cols, tokens("q", qt), tokens("k", kt)
+    q = tile_tokens(bt, "q", block_of(bt, "q", seq, qt), qt)
+    k = tile_tokens(bt, "k", block_of(bt, "k", seq, kt), kt)
+    rows = np.take_along_axis(q, np.stack(_witness_slots(q, k), axis=1), axis=1)
+    cols = np.take_along_axis(k, np.stack(_witness_slots(k, q), axis=1), axis=1)
+    return rows, cols, (lambda sel: q[sel]), (lambda sel: k[sel])
+
+
 def _refine(program, batch: _Batch, seq, qt, kt, budget_tiles: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact kinds of the given tiles: TileKind.EMPTY, FULL or PARTIAL (rows without a token do not count).
 
     A few witness pairs per tile come first: one visible and one hidden pair prove the tile partial, which
     is the usual answer. Tiles the witnesses do not settle are evaluated on every pair, at most
     `budget_tiles` of them; the rest stay partial (correct, only slower). Returns (kinds, evaluated)."""
-    bt = batch.blocks
-    q = tile_tokens(bt, "q", block_of(bt, "q", seq, qt), qt)
-    k = tile_tokens(bt, "k", block_of(bt, "k", seq, kt), kt)
-    rows = np.take_along_axis(q, np.stack(_witness_slots(q, k), axis=1), axis=1)
-    cols = np.take_along_axis(k, np.stack(_witness_slots(k, q), axis=1), axis=1)
+    rows, cols, q_tokens, k_tokens = _witness_tokens(batch.blocks, seq, qt, kt)
     vis = _visible_batch(program, batch, seq[:, None, None], rows[:, :, None], cols[:, None, :])
     real = (rows >= 0)[:, :, None] & np.ones(cols.shape, bool)[:, None, :]
     settled = vis.any(axis=(1, 2)) & (~vis & real).any(axis=(1, 2))
     result = np.full(len(seq), TileKind.PARTIAL, dtype=np.int64)
     exact = np.nonzero(~settled)[0][:budget_tiles]
     if len(exact):
-        qe, ke = q[exact][:, :, None], k[exact][:, None, :]
+        qe, ke = q_tokens(exact)[:, :, None], k_tokens(exact)[:, None, :]
         vis = _visible_batch(program, batch, seq[exact][:, None, None], qe, ke)
         any_visible = vis.any(axis=(1, 2))
         hidden = (~vis & (qe >= 0)).any(axis=(1, 2))
@@ -490,11 +518,7 @@ def _region_bits(program, batch: _Batch, seq, qt, kt, kinds, budget_tiles: int) 
     witness pair (as in _refine) keeps a bit; the pairs of the tile, evaluated within the budget, drop it;
     past the budget a bit stays (correct, only slower). The row-interval fast path (plan/rows.py) computes
     the same exact bits in closed form."""
-    bt = batch.blocks
-    q = tile_tokens(bt, "q", block_of(bt, "q", seq, qt), qt)
-    k = tile_tokens(bt, "k", block_of(bt, "k", seq, kt), kt)
-    rows = np.take_along_axis(q, np.stack(_witness_slots(q, k), axis=1), axis=1)
-    cols = np.take_along_axis(k, np.stack(_witness_slots(k, q), axis=1), axis=1)
+    rows, cols, q_tokens, k_tokens = _witness_tokens(batch.blocks, seq, qt, kt)
     kinds = kinds.copy()
     for r, region in enumerate(program.regions):
         bit = TileKind.rule_bit(r)
@@ -506,8 +530,8 @@ def _region_bits(program, batch: _Batch, seq, qt, kt, kinds, budget_tiles: int) 
         check = has[~seen][:max(budget_tiles, 0)]
         budget_tiles -= len(check)
         if len(check):
-            seen = _visible_batch(program, batch, seq[check][:, None, None], q[check][:, :, None], k[check][:, None, :],
-                                  (region,)).any(axis=(1, 2))
+            seen = _visible_batch(program, batch, seq[check][:, None, None], q_tokens(check)[:, :, None],
+                                  k_tokens(check)[:, None, :], (region,)).any(axis=(1, 2))
             kinds[check[~seen]] &= ~np.uint32(bit)
     return kinds  # never 0 (FULL): a partial tile's visible pair comes from one of the regions it names
 

@@ -286,6 +286,15 @@ def tile_tokens(bt: BlockTable, side: str, g: np.ndarray, tiles: np.ndarray) -> 
     return np.where(valid, token, -1)
 
 
+def run_tiles(bt: BlockTable, side: str, g: np.ndarray, tiles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For tilings of runs only (`bt.runs_only`): each tile's first token and how many tokens it holds (its
+    slots are first, first + 1, ...; the rest are empty): tile_tokens() without the [tiles, slots] array."""
+    size = bt.size_q if side == "q" else bt.size_k
+    _, dims, first, start, _, _ = _per_block(bt, side, np.asarray(g, dtype=np.int64))
+    offset = (np.asarray(tiles, dtype=np.int64) - first) * size
+    return start + offset, np.minimum(size, dims[2] - offset)
+
+
 def complete(bt: BlockTable, side: str, g: np.ndarray, tiles: np.ndarray) -> np.ndarray:
     """Whether every slot of each tile holds a token."""
     ct, cy, cx, shape, dims = _coordinates(bt, side, np.asarray(g), np.asarray(tiles))
