@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # What one GPU session runs (the H200 machine has PyTorch, Triton, CuPy, cuda-bindings and NVRTC but not lark:
 # its wheel travels in .whl with maskc's own wheel, built by `pip wheel . --no-deps -w .whl`).
-# Results go to $OUT (or ./h200-results), at most 8 files: env.txt, pytest.log, run_examples.jsonl, misc.log
+# Results go to $OUT (or ./h200-results): env.txt, pytest.log, run_examples.jsonl, misc.log
 # (errors of `maskc run`, planner table), plan_time.json, bench.json, bench.png, bench.log.
 #
 # STAGES picks what runs (default: the first four, ~10 minutes; the GPU tool allows 10 minutes a command, so split
 # a session into calls: STAGES="tests examples plan", then STAGES=bench, then STAGES=training).
 # training: every backward pass side by side (bench/families.py --backward), the harness's --backward table for
-# maskc and Flex-Triton, and 100 steps of examples/train_reward_model.py (training.log, train.png). HARNESS_ARGS adds options to
+# maskc and Flex-Triton, and 100 steps of examples/train_reward_model.py (training.log, train.png). more: the examples
+# outside ANCHORS.md against Flex-Triton, forward and backward (more.log, more.json). HARNESS_ARGS adds options to
 # bench/harness.py (e.g. "--family sm90a"); MASKC_COMMIT names the commit when .git does not travel.
 set -uo pipefail
 OUT=${OUT:-h200-results}
@@ -54,6 +55,12 @@ if has training; then
         --workloads causal document rm_shared --json "$OUT/bench_backward.json" >> "$OUT/training.log" 2>&1
     timeout 150 python3 examples/train_reward_model.py --steps 100 --png "$OUT/train.png" >> "$OUT/training.log" 2>&1
     grep -E "^(workload|causal|document|shared_prompt)|time per step|largest gap|fwd\+bwd|backward alone" "$OUT/training.log" | tail -30
+fi
+
+if has more; then
+    timeout 300 python3 bench/harness.py --backward --workloads more --systems maskc flex-triton \
+        --json "$OUT/more.json" > "$OUT/more.log" 2>&1
+    grep -A11 -E "^workloads, N = [0-9]+: (forward|fwd\+bwd)" "$OUT/more.log" | grep -v "^time" | head -24
 fi
 
 # Last, so that its tables end the output (the GPU tool returns the tail).
