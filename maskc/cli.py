@@ -369,7 +369,7 @@ def defaults_are_complete(program: ir.Program, sequences: list[dict[str, object]
     return True
 
 
-@cli.command("explain", short_help="Show the IR after each pass, tile statistics and a picture.")
+@cli.command("explain", short_help="Show the IR after each pass, the pair test, tile statistics and a picture.")
 @click.argument("mask", type=MASK_ARGUMENT)
 @click.option("--n", "n", type=click.IntRange(min=0), help="Plan one sequence of N tokens (default: the mask's "
               "default n, or its batch: section). A descriptor over 1 GiB is refused (causal attention: n above "
@@ -390,7 +390,9 @@ def defaults_are_complete(program: ir.Program, sequences: list[dict[str, object]
                    "grid boxes), what maskc runs on an H100/H200.")
 @reporting_errors
 def explain_command(mask, n, params, png, dump_mask, dump_batch, arch):
-    """Explain what maskc makes of MASK: the IR after each pass, then, for concrete runtime values, how
+    """Explain what maskc makes of MASK: the IR after each pass; the test a pair of a partial tile runs,
+    rule by rule, with the values computed once per row and per column and what a pair pays beyond 32-bit
+    compares (64-bit arithmetic, a division, a list read); then, for concrete runtime values, how
     the tiles of --arch's kernels fall (empty, full, partial), the visible fraction (exact, or estimated
     from a sample of the visited tiles when they are many), the tile density and the descriptor's size and
     planning time.
@@ -405,7 +407,7 @@ def explain_command(mask, n, params, png, dump_mask, dump_batch, arch):
     program = read_mask(mask)
     consts, runtime = split_params(program, params)
     compiled, lines = explain.compile_explained(program, KernelOptions(arch=arch), consts)
-    echo("\n".join(lines))
+    echo("\n".join(lines + explain.pair_test_lines(compiled)))
     sequences, origin = explain.choose_sequences(compiled.program, n, runtime)
     with naming_the_file(mask):
         result = explain.explain_values(compiled, sequences, origin, png=bool(png), dump=bool(dump_mask),

@@ -498,6 +498,21 @@ def test_explain_shows_what_a_pass_changed(run):
                      merged)
 
 
+def test_explain_shows_what_a_pair_of_a_partial_tile_costs(run):
+    out = run("explain", example("dilated_window"), "--arch", "sm_90a").stdout
+    test = out.split("== pair test")[1].split("\n\n")[0]
+    assert "[0] per pair: (0 <= (q.index - k.index)) && (k.index > q.h0) && (q.h1 == k.h0)" in test
+    assert "q.h1 = q % dilation  (once per row)" in test and "k.h0 = k % dilation  (once per column)" in test
+    assert "per pair: 32-bit integer operations only" in test
+    tree = run("explain", example("tree")).stdout.split("== pair test")[1]
+    assert "per pair: 64-bit arithmetic, an ancestor() walk" in tree
+    slow = run("explain", "-", "--n", "300", input="mask t(d: int = 3)\nsegments:\n    S = n\nrules:\n"
+                                                    "    S -> S   where (q * k) % d == 0\n")
+    assert slow.exit_code == 0 and "per pair: 64-bit arithmetic, a division\n" in slow.stdout.split("== pair test")[1]
+    intervals = run("explain", example("document")).stdout.split("== pair test")[1]
+    assert "every rule is an interval of keys per row" in intervals
+
+
 def test_explain_statistics_of_the_defaults(run):
     out = run("explain", example("shared_prompt")).stdout
     assert "tile statistics, values: the mask's defaults (1 sequence, tiles of 128 queries x 64 keys)" in out

@@ -107,6 +107,37 @@ def compile_explained(program: ir.Program, options: KernelOptions = KernelOption
     return compiled, lines
 
 
+# What a pair of a partial tile costs: each rule's test as generated, and what makes it expensive, so that a mask
+# can be rewritten (or a value made const) where the inner loop does more than it needs to.
+PAIR_COSTS = (("long long", "64-bit arithmetic"), ("floordiv(", "a division"), ("floormod(", "a division"),
+              ("array_read(", "a list read"), ("ancestor(", "an ancestor() walk"))
+
+
+def pair_test_lines(compiled: CompiledMask, width: int = 110) -> list[str]:
+    """The generated mask of partial tiles, rule by rule: the test of a pair, the values computed once per
+    row and per column of a tile (what they stand for), and the costs a pair pays beyond 32-bit compares."""
+    code = compiled.code
+
+    def clip(text: str) -> str:
+        return text if len(text) <= width else text[:width - 3] + "..."
+
+    lines = ["== pair test (the mask of partial tiles; full tiles run none)"]
+    if code.rules_are_key_intervals and compiled.tiling.tiles_are_runs:
+        lines.append("  every rule is an interval of keys per row: a partial tile is masked by column ranges, "
+                     "no test per pair")
+        return lines
+    fields = {f"{side}.{f.name}": f.comment for side, fs in (("q", code.row_fields), ("k", code.col_fields))
+              for f in fs}
+    for region in code.regions:
+        lines.append(f"  [{region.index}] per pair: {clip(region.elem)}")
+        used = [name for name in fields if f"{name} " in region.elem + " " or f"{name})" in region.elem]
+        for name in used:
+            lines.append(f"      {name} = {clip(fields[name])}  (once per {'row' if name[0] == 'q' else 'column'})")
+        costs = sorted({cost for marker, cost in PAIR_COSTS if marker in region.elem})
+        lines.append(f"      per pair: {', '.join(costs) if costs else '32-bit integer operations only'}")
+    return lines
+
+
 # ---------------------------------------------------------------------------------------------------
 # Runtime values
 # ---------------------------------------------------------------------------------------------------
