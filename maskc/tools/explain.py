@@ -11,6 +11,7 @@ COUNTED_TILES_MAX the counts come from an even sample of the visited tiles, and 
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -130,7 +131,7 @@ def pair_test_lines(compiled: CompiledMask, width: int = 110) -> list[str]:
               for f in fs}
     for region in code.regions:
         lines.append(f"  [{region.index}] per pair: {clip(region.elem)}")
-        used = [name for name in fields if f"{name} " in region.elem + " " or f"{name})" in region.elem]
+        used = [name for name in fields if re.search(rf"\b{re.escape(name)}\b", region.elem)]  # q.h1, not q.h10
         for name in used:
             lines.append(f"      {name} = {clip(fields[name])}  (once per {'row' if name[0] == 'q' else 'column'})")
         costs = sorted({cost for marker, cost in PAIR_COSTS if marker in region.elem})
