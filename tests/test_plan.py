@@ -188,8 +188,8 @@ def test_examples_with_random_values_plan_exactly(data, name, config):
 # The fast path for row intervals (maskc/plan/rows.py) against the general search
 # ---------------------------------------------------------------------------------------------------
 
-FAST_EXAMPLES = ["causal", "document", "full", "hstu", "hstu_jagged", "prefix_lm", "rm_shared", "shared_prompt",
-                 "sinks_window", "sliding_window"]
+FAST_EXAMPLES = ["causal", "document", "full", "global_window", "hstu", "hstu_jagged", "prefix_lm", "rm_shared",
+                 "shared_prompt", "sinks_window", "sliding_window"]
 DESCRIPTOR_ARRAYS = ("work_seq", "work_qtile", "row_ptr", "k_tile", "kind")
 
 

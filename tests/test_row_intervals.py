@@ -89,10 +89,15 @@ def test_the_usual_forms_have_row_intervals():
     assert (ir.show(prefix.lo), ir.show(prefix.hi)) == ("start(P)", "end(P)")
     (row_condition,) = rows_of("S -> S causal where q % 2 == 0")
     assert ir.show(row_condition.row) == "q % 2 == 0"
+    (symmetric,) = rows_of("S -> S where abs(q - k) <= w")  # both sides of q: -w <= q - k <= w
+    assert ir.show(symmetric.lo) == "max(start(S), q - w)" and ir.show(symmetric.hi) == "min(end(S), -(-q - w) + 1)"
+    (written_the_other_way,) = rows_of("S -> S where w > abs(k - q - 3)")
+    assert ir.show(written_the_other_way.lo) == "max(start(S), -(-q - 3) - w + 1)"  # k > q + 3 - w
 
 
 @pytest.mark.parametrize("rules, segments", [
-    ("S -> S where abs(q - k) <= w", "S = n"),               # two-sided around q: not one affine bound
+    ("S -> S where abs(q - k) >= w", "S = n"),               # outside a window: two intervals
+    ("S -> S where abs(q - 2 * k) <= w", "S = n"),           # coefficient 2 inside abs
     ("S -> S where k != q", "S = n"),                         # two intervals
     ("S -> S where 2 * k <= q", "S = n"),                     # coefficient 2
     ("A|C -> A|C full", "A = 4\n    B = 4\n    C = n - 8"),   # the k side is not one run

@@ -9,7 +9,7 @@ A region (q side Q, k side K, predicate P) has the form when
 - K is a run of adjacent segments, so "k on the k side" is `start(first) <= k < end(last)`;
 - every conjunct of P that reads the key is either `q.member == k.member` with Q and K the same family
   (`k` in q's own member: `q.start <= k < q.end`), or a comparison affine in `k` with coefficient +-1
-  (`k <= q`, `q - k < w`, `k == q`, ...);
+  (`k <= q`, `q - k < w`, `k == q`, ...), or such an expression's `abs` below a bound (`abs(q - k) <= w`);
 - the conjuncts that do not read the key stay as a condition on the row.
 """
 
@@ -81,6 +81,18 @@ def _bounds(c: ir.Compare) -> tuple[list[ir.Expr], list[ir.Expr]] | None:
     return None  # != is two intervals
 
 
+def _abs_bounds(c: ir.Compare) -> tuple[list[ir.Expr], list[ir.Expr]] | None:
+    """The bounds of `abs(E) < R` or `abs(E) <= R` (either way round, R free of the key): those of `E op R` and
+    of `-E op R` together, so a symmetric window `abs(q - k) <= w` is one interval too."""
+    for lhs, op, rhs in ((c.lhs, c.op, c.rhs), (c.rhs, OPERATORS[c.op].converse, c.lhs)):
+        if isinstance(lhs, ir.Unary) and lhs.op == "abs" and op in ("<", "<=") and not ir.uses_side(rhs, "k"):
+            halves = [_bounds(ir.Compare(op, e, rhs)) for e in (lhs.arg, ir.Unary("neg", lhs.arg))]
+            if None in halves:
+                return None
+            return halves[0][0] + halves[1][0], halves[0][1] + halves[1][1]
+    return None
+
+
 def _same_member(c: ir.Expr) -> bool:
     return isinstance(c, ir.Compare) and c.op == "==" and {c.lhs, c.rhs} == {ir.Member("q"), ir.Member("k")}
 
@@ -106,7 +118,7 @@ def row_intervals(program: ir.Program, region: ir.Region) -> ir.RowIntervals | N
                 return None
             lows.append(ir.Token("q", "start"))
             highs.append(ir.Token("q", "end"))
-        elif isinstance(c, ir.Compare) and (b := _bounds(c)) is not None:
+        elif isinstance(c, ir.Compare) and (b := _bounds(c) or _abs_bounds(c)) is not None:
             lows.extend(b[0])
             highs.extend(b[1])
         else:
