@@ -389,3 +389,39 @@ def test_a_residue_of_both_tokens_compares_per_row_and_column(host_dir):
     assert "floormod" not in visible
     host_mask.isolated(lambda: host_mask.check_generated_code(
         c, [{"n": 60, "a": 3, "m": 5}, {"n": 50, "a": -7, "m": -3}, {"n": 40, "a": big, "m": 7}], host_dir))
+
+
+PAIR_ORDER = r"""
+extern "C" void maskc_pair_order(int num_heads, int items, int run_first, int run_last, int* out) {
+    for (int pair = 0; pair < num_heads * items; ++pair) {
+        const maskc_forward::Pair p = maskc_forward::pair_at(pair, num_heads, items, run_first, run_last);
+        out[2 * pair] = p.item;
+        out[2 * pair + 1] = p.head;
+    }
+}
+"""
+
+
+@needs_cxx
+def test_the_hopper_forward_visits_every_pair_once_in_groups_of_heads(host_dir):
+    """The persistent grid's order (pair_at, compiled for the host): every (work item, head) exactly once; the
+    equal-length run head-major; before and after it, groups of HEAD_GROUP heads one after the other, the
+    items in the descriptor's order inside a group."""
+    source = compiled("causal", KernelOptions(arch="sm_90a")).source
+    group = int(re.search(r"constexpr int HEAD_GROUP = (\d+);", source).group(1))
+    lib = host_mask.build(source + PAIR_ORDER, host_dir)
+    for heads in (1, 2, 3, 16, 17):
+        for items, run in ((1, (0, 1)), (6, (0, 0)), (6, (0, 6)), (6, (2, 4)), (9, (0, 3)), (9, (7, 9)), (9, (4, 5))):
+            out = np.zeros(2 * heads * items, dtype=np.int32)
+            lib.maskc_pair_order(heads, items, *run, out.ctypes.data_as(host_mask.ctypes.c_void_p))
+            order = out.reshape(-1, 2)
+            where = f"{heads} heads, {items} items, run {run}"
+            assert sorted(map(tuple, order.tolist())) == [(i, h) for i in range(items) for h in range(heads)], where
+            first, last = run
+            in_run = order[first * heads:last * heads]
+            assert np.array_equal(in_run[:, 1], np.repeat(np.arange(heads), last - first)), where  # head-major
+            for part in (order[:first * heads], order[last * heads:]):
+                group_of = part[:, 1] // group
+                assert np.all(np.diff(group_of) >= 0), where  # one group after the other
+                for g in np.unique(group_of):
+                    assert np.all(np.diff(part[group_of == g, 0]) >= 0), where  # inside a group, item-major
