@@ -10,7 +10,7 @@ import pytest
 from small_configs import SMALL
 from test_plan import example
 
-from maskc.plan.by_key import by_key
+from maskc.plan.by_key import LONG_ITEM_SHARES, by_key, long_items
 from maskc.plan.planner import TileConfig, plan
 from maskc.tools.reference import attention, attention_backward, simulate_backward
 
@@ -90,3 +90,14 @@ def test_dense_gradients_match_finite_differences():
             lo[i][idx] -= eps
             numeric[idx] = (loss(*hi) - loss(*lo)) / (2 * eps)
         assert np.abs(numeric - grads[i]).max() < 1e-6
+
+
+def test_long_items_lead_and_are_longer_than_twice_a_heads_share_of_the_gpu():
+    """`long_items`: the leading work items with more tiles than LONG_ITEM_SHARES (2) times one head's whole work
+    spread over the multiprocessors, which the Hopper backward kernels take in a pass before the rest."""
+    assert LONG_ITEM_SHARES == 2
+    ptr = np.concatenate([[0], np.cumsum([40, 12, 10, 10, 6, 2])]).astype(np.int32)  # 80 tiles in all
+    assert [long_items(ptr, m) for m in (1, 4, 5, 14, 16, 17, 132)] == [0, 0, 1, 2, 2, 4, 6]
+    later = np.concatenate([[0], np.cumsum([6, 40, 12, 10, 10, 2])]).astype(np.int32)  # only a leading run counts
+    assert long_items(later, 132) == 6 and long_items(later, 16) == 0
+    assert long_items(np.zeros(1, np.int32), 132) == 0

@@ -425,3 +425,35 @@ def test_the_hopper_forward_visits_every_pair_once_in_groups_of_heads(host_dir):
                 assert np.all(np.diff(group_of) >= 0), where  # one group after the other
                 for g in np.unique(group_of):
                     assert np.all(np.diff(part[group_of == g, 0]) >= 0), where  # inside a group, item-major
+
+
+ITEM_ORDER = r"""
+extern "C" void maskc_item_order(int heads, int items, int long_items, int* out) {
+    for (int cta = 0; cta < heads * items; ++cta) {
+        const maskc_backward_hopper::ItemHead p = maskc_backward_hopper::item_head_at(cta, heads, items, long_items);
+        out[2 * cta] = p.item;
+        out[2 * cta + 1] = p.head;
+    }
+}
+"""
+
+
+@needs_cxx
+def test_the_hopper_backward_kernels_visit_every_item_once_head_major_in_two_passes(host_dir):
+    """The dQ and dK/dV kernels' order (item_head_at, compiled for the host): every (work item, head) exactly
+    once; head-major over the first `long_items` items, then head-major over the rest, the items in the
+    descriptor's order inside a head."""
+    source = compiled("causal", KernelOptions(arch="sm_90a")).source
+    lib = host_mask.build(source + ITEM_ORDER, host_dir)
+    for heads in (1, 2, 3, 16):
+        for items, long_items in ((1, 0), (1, 1), (6, 0), (6, 2), (6, 6), (9, 4)):
+            out = np.zeros(2 * heads * items, dtype=np.int32)
+            lib.maskc_item_order(heads, items, long_items, out.ctypes.data_as(host_mask.ctypes.c_void_p))
+            order = out.reshape(-1, 2)
+            where = f"{heads} heads, {items} items, {long_items} long"
+            assert sorted(map(tuple, order.tolist())) == [(i, h) for i in range(items) for h in range(heads)], where
+            for part, first, last in ((order[:long_items * heads], 0, long_items),
+                                      (order[long_items * heads:], long_items, items)):
+                assert np.array_equal(part[:, 1], np.repeat(np.arange(heads), last - first)), where  # head-major
+                for h in range(heads):
+                    assert np.array_equal(part[part[:, 1] == h, 0], np.arange(first, last)), where

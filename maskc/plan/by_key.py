@@ -35,6 +35,12 @@ class KeyDescriptor:
         return self.q_tile[lo:hi], self.kind[lo:hi]
 
 
+# Items longer than this many times a head's share of the GPU go in a pass of their own (`long_items`). With 1,
+# the Hopper backward lost 2-5% on document, rm_shared and hstu (L2: more of the CTAs at once read different
+# heads' tiles); 2 gave clear_text the same +18% and left the others as they were (H200, docs/training.md).
+LONG_ITEM_SHARES = 2
+
+
 def by_key(desc: Descriptor) -> KeyDescriptor:
     """The transpose of `desc`."""
     k_tiles = desc.blocks.tiles("k").astype(np.int64)
@@ -76,6 +82,7 @@ class KeyTables:
         return (self.key_work, self.col_ptr, self.q_tiles, self.q_kinds, self.q_items)
 
 
+
 def key_tables(key_desc: KeyDescriptor, kind_dtype: np.dtype) -> KeyTables:
     return KeyTables(
         key_work=np.stack([key_desc.work_seq, key_desc.work_ktile], axis=1).astype(np.int32).reshape(-1, 2),
@@ -84,3 +91,12 @@ def key_tables(key_desc: KeyDescriptor, kind_dtype: np.dtype) -> KeyTables:
         q_kinds=key_desc.kind.astype(kind_dtype, copy=False),
         q_items=key_desc.q_item,
     )
+
+
+def long_items(item_ptr: np.ndarray, multiprocessors: int) -> int:
+    """How many of the first work items of a CSR (`row_ptr`, `col_ptr`) the Hopper backward kernels take in a pass
+    of their own, before the others (`item_head_at`): the leading items with more tiles than LONG_ITEM_SHARES
+    times one head's whole work spread over the GPU. The descriptors list the longest items first."""
+    per_item = np.diff(item_ptr.astype(np.int64))
+    short = per_item * multiprocessors <= LONG_ITEM_SHARES * per_item.sum()
+    return int(np.argmax(short)) if short.any() else len(per_item)

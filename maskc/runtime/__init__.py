@@ -19,6 +19,7 @@ import numpy as np
 from maskc.compiler import CompiledMask, frozen_values
 from maskc.diagnostics import Span, ValueProblem, value_problem
 from maskc.kernels import abi
+from maskc.plan.by_key import long_items
 from maskc.runtime.launch import PreparedLaunch, cupy_stream, current_stream_handle
 from maskc.runtime.tensor_maps import grid_box_map, tensor_map
 
@@ -277,6 +278,9 @@ class Attention:
             values.update(_tensor_maps(options, x.packed, {"q": (tq, q_run), "dout": (tdo, q_run), "k": (tk, k_run),
                                                            "v": (tv, k_run)}))
             values["packed"] = int(x.packed)
+            multiprocessors = _multiprocessors(tq.device)
+            values["long_query_items"] = long_items(desc.row_ptr, multiprocessors)
+            values["long_key_items"] = long_items(key_tables.col_ptr, multiprocessors)
             values.update(_grid_boxes(compiled, x.packed, tables.seq_table, values,
                                       {"q": (tq, "q", bwd.q_step), "dout": (tdo, "q", bwd.q_step)}))
         args = abi.pack(bwd.args, values)
@@ -572,6 +576,7 @@ def _stream(t: _Tensor):
     return cupy_stream(current_stream_handle(t.obj), t.device)
 
 
+@lru_cache(maxsize=None)
 @lru_cache(maxsize=None)
 def _multiprocessors(device: int) -> int:
     import cupy
