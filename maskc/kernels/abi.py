@@ -231,7 +231,8 @@ SM90A_BACKWARD_ARGS = BACKWARD_ARGS + TENSOR_MAPS + (
     Arg("tm_dout", "TensorMap", "dout, like tm_q", "tensor_map"),
     PERSISTENT[0],
     Arg("long_query_items", "int", "the dQ kernel's CTAs go head-major twice: over the first this many work items "
-                                   "(the longest), then over the rest", "i32"),
+                                   "(the longest), then over the rest (any count from 0, one pass, to the items is "
+                                   "correct; maskc counts those longer than two heads' shares of the GPU)", "i32"),
     Arg("long_key_items", "int", "the same for the dK/dV kernel's key items", "i32"),
 ) + QUERY_BOXES
 # The fused Hopper pass: dQ is summed over key tiles into an fp32 accumulator by the dK/dV kernel, then scaled
