@@ -54,6 +54,9 @@ class ConcreteLayout:
     member: np.ndarray  # int32 [C]
     first: np.ndarray  # int64 [S + 1]
     grid_dims: dict[int, tuple[int, ...]]  # symbolic segment -> (h, w) or (t, h, w)
+    # Where each symbolic segment begins (an empty one where the next does), then n: a row of
+    # tiling.segment_boundaries, known for free while laying out (the planner needs it for every sequence).
+    bounds: tuple[int, ...]
 
     def span(self, symbol: int) -> tuple[int, int]:
         """The token range [start, end) of a symbolic segment (all members of a family)."""
@@ -148,10 +151,13 @@ def _as_array(decl: ir.ParamDecl, value, where: str) -> np.ndarray:
         if arr.dtype != bool:
             raise value_problem(decl.span, f"{where}: parameter '{decl.name}' must hold bools, got {show_value(value)}")
         return arr.copy()
-    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+    if arr.dtype.kind not in "iu":  # signed or unsigned integers (not bool, whose kind is "b")
         raise value_problem(decl.span, f"{where}: parameter '{decl.name}' must hold ints, got {show_value(value)}")
     arr = arr.astype(np.int64)
-    if arr.min() < INT32_MIN or arr.max() > INT32_MAX:
+    # A short list is checked in Python: numpy's reductions cost more, and a batch binds a list per sequence.
+    flat = arr.ravel().tolist() if arr.size <= 256 else None
+    lo, hi = (min(flat), max(flat)) if flat is not None else (arr.min(), arr.max())
+    if lo < INT32_MIN or hi > INT32_MAX:
         raise value_problem(decl.span, f"{where}: parameter '{decl.name}' has values outside the 32-bit range")
     return arr
 
@@ -270,7 +276,9 @@ def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "m
                                for e in (seg.length, seg.count, *seg.dims) if e is not None))
         return value_problem(_known(span, seg.span), f"{where}: segment {seg.name} {what} ({_describe(values, names)})")
 
+    bounds: list[int] = []
     for s, seg in enumerate(program.segments):
+        bounds.append(position)
         try:
             if seg.kind == "single":
                 length = int(evaluate(seg.length, env))
@@ -328,19 +336,23 @@ def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "m
                             "parameters; change those instead (with the command line: --param NAME=VALUE rather than "
                             "--n)")
     total = sum(counts)
-    if counts.count(1) == len(counts):  # one entry per segment (families of one member included)
-        lengths = np.array([x if isinstance(x, int) else x[0] for x in parts], dtype=np.int64)
-        symbol, member = np.arange(total, dtype=np.int32), np.zeros(total, dtype=np.int32)
-    elif all(not isinstance(x, np.ndarray) for x in parts):  # few entries: lists cost less than numpy's calls
-        lengths = np.array([v for x in parts for v in ((x,) if isinstance(x, int) else x)], dtype=np.int64)
-        symbol = np.array([s for s, c in enumerate(counts) for _ in range(c)], dtype=np.int32)
-        member = np.array([m for c in counts for m in range(c)], dtype=np.int32)
+    if all(not isinstance(x, np.ndarray) for x in parts):  # few entries: lists cost less than numpy's calls
+        flat = [v for x in parts for v in ((x,) if isinstance(x, int) else x)]
+        lengths = np.array(flat, dtype=np.int64)
+        starts = np.array([0, *itertools.accumulate(flat[:-1])], dtype=np.int64) if flat else np.zeros(0, np.int64)
+        if counts.count(1) == len(counts):  # one entry per segment (families of one member included)
+            symbol, member = np.arange(total, dtype=np.int32), np.zeros(total, dtype=np.int32)
+        else:
+            symbol = np.array([s for s, c in enumerate(counts) for _ in range(c)], dtype=np.int32)
+            member = np.array([m for c in counts for m in range(c)], dtype=np.int32)
     else:
         lengths = np.concatenate([np.asarray([x] if isinstance(x, int) else x, dtype=np.int64) for x in parts])
+        starts = np.cumsum(lengths) - lengths
         symbol = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
         member = (np.arange(len(lengths)) - np.repeat(np.cumsum(counts) - counts, counts)).astype(np.int32)
-    return ConcreteLayout(n=position, starts=np.cumsum(lengths) - lengths, lengths=lengths, symbol=symbol, member=member,
-                          first=np.array([0, *itertools.accumulate(counts)], dtype=np.int64), grid_dims=grid_dims)
+    return ConcreteLayout(n=position, starts=starts, lengths=lengths, symbol=symbol, member=member,
+                          first=np.array([0, *itertools.accumulate(counts)], dtype=np.int64), grid_dims=grid_dims,
+                          bounds=(*bounds, position))
 
 
 def entry_grid_dims(layout: ConcreteLayout) -> np.ndarray:

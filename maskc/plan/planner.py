@@ -183,17 +183,16 @@ class _Batch:
 
     @staticmethod
     def of(layouts: list[ConcreteLayout], values: list[SequenceValues], tiling: Tiling) -> "_Batch":
-        ns = np.array([lay.n for lay in layouts], dtype=np.int64)
-        base = np.cumsum(ns) - ns
-        sizes = [len(lay.starts) for lay in layouts]
-
         def joined(name):
             return np.concatenate([getattr(lay, name) for lay in layouts] + [np.zeros(0, np.int64)]).astype(np.int64)
 
         bounds = segment_boundaries(layouts, tiling.blocks[-1].last + 1)
+        base = bounds[:, -1].cumsum() - bounds[:, -1]
+        lengths = joined("lengths")
+        # The sequences lie back to back, so the global starts are those of one long layout.
         return _Batch(layouts=layouts, values=values, blocks=block_table(tiling, layouts, bounds), base=base,
-                      starts=joined("starts") + np.repeat(base, sizes), member=joined("member"),
-                      lengths=joined("lengths"), symbol=joined("symbol"), bounds=bounds)
+                      starts=lengths.cumsum() - lengths, member=joined("member"), lengths=lengths,
+                      symbol=joined("symbol"), bounds=bounds)
 
     @cached_property
     def grid(self) -> np.ndarray:
@@ -588,7 +587,8 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
     batch = _Batch.of(layouts, values, tiling)
     bt = batch.blocks
     q_tiles, k_tiles = bt.tiles("q"), bt.tiles("k")
-    qtile_base = np.concatenate([[0], np.cumsum(q_tiles)]).astype(np.int64)
+    qtile_base = np.zeros(len(q_tiles) + 1, dtype=np.int64)
+    np.cumsum(q_tiles, out=qtile_base[1:])
     stats = PlanStats(tiles_total=int((q_tiles * k_tiles).sum()))
     work_items = int(qtile_base[-1])
     if _descriptor_bytes(work_items, stats.tiles_total) > MAX_DESCRIPTOR_BYTES:  # else even a dense one fits
@@ -691,24 +691,34 @@ def _visiting_order(qtile_base: np.ndarray, gq: np.ndarray, lo: np.ndarray, hi: 
     assignment it had then paid 5-8% imbalance for the grouping). Causal, full and sliding masks are one group:
     their order is plain longest first. Ties keep the q tiles' order."""
     total_q = len(counts)
-    seq = np.searchsorted(qtile_base, np.arange(total_q), side="right") - 1
+    seq = np.repeat(np.arange(len(qtile_base) - 1), np.diff(qtile_base))
     none = int(hi.max(initial=0)) + 1  # past every tile: items without tiles, one group per sequence, last
     first = np.full(total_q, none, dtype=np.int64)
     last = np.full(total_q, -1, dtype=np.int64)
-    np.minimum.at(first, gq, lo.astype(np.int64))
-    np.maximum.at(last, gq, hi.astype(np.int64))
-    last = np.maximum(last, first)
+    np.minimum.at(first, gq, lo)
+    np.maximum.at(last, gq, hi)
+    np.maximum(last, first, out=last)
     # Key tiles of different sequences never meet: place each sequence's on its own stretch of one axis.
-    offset = seq.astype(np.int64) * (none + 1)
-    by_keys = np.argsort(offset + first, kind="stable")
-    reach = np.maximum.accumulate((offset + last)[by_keys])
-    key_first = (offset + first)[by_keys]
-    starts = np.r_[True, (key_first[1:] >= reach[:-1]) & (key_first[1:] != key_first[:-1])]
+    offset = seq * (none + 1)
+    first += offset
+    last += offset
+    by_keys = np.argsort(first, kind="stable")
+    reach = np.maximum.accumulate(last[by_keys])
+    key_first = first[by_keys]
+    starts = np.empty(total_q, dtype=bool)
+    starts[:1] = True
+    np.greater_equal(key_first[1:], reach[:-1], out=starts[1:])
+    starts[1:] &= key_first[1:] != key_first[:-1]
     group = np.empty(total_q, dtype=np.int64)
     group[by_keys] = np.cumsum(starts) - 1
     longest = np.zeros(int(group.max(initial=-1)) + 1, dtype=np.int64)
     np.maximum.at(longest, group, counts)
-    return np.lexsort((-counts, group, -longest[group]))
+    # Groups longest first (ties: in group order), then items longest first (ties: in q tile order): one stable
+    # sort of one key (a lexsort of the three keys costs twice as much).
+    rank = np.empty(len(longest), dtype=np.int64)
+    rank[np.argsort(-longest, kind="stable")] = np.arange(len(longest))
+    most = int(counts.max(initial=0))
+    return np.argsort(rank[group] * (most + 1) + (most - counts), kind="stable")
 
 
 def _descriptor(config: TileConfig, bt: BlockTable, qtile_base: np.ndarray, gq: np.ndarray, lo: np.ndarray,
@@ -733,13 +743,14 @@ def _descriptor(config: TileConfig, bt: BlockTable, qtile_base: np.ndarray, gq: 
     before = np.cumsum(lengths) - lengths
     k_tile = np.arange(visited, dtype=np.int32) - np.repeat((before - lo).astype(np.int32), lengths)
     kind = np.repeat(kinds, lengths)
-    row_ptr = np.concatenate([[0], np.cumsum(counts[visit])]).astype(np.int64)
+    row_ptr = np.zeros(total_q + 1, dtype=np.int32)
+    row_ptr[1:] = np.cumsum(counts[visit])
     work_seq = (np.searchsorted(qtile_base, visit, side="right") - 1).astype(np.int32)
     work_qtile = (visit - qtile_base[work_seq]).astype(np.int32)
 
-    stats.tiles_full = int(lengths[kinds == TileKind.FULL].sum())
+    stats.tiles_full = int(lengths @ (kinds == TileKind.FULL))
     stats.tiles_partial = visited - stats.tiles_full
-    desc = Descriptor(config, bt, work_seq, work_qtile, row_ptr.astype(np.int32), k_tile, kind, stats)
+    desc = Descriptor(config, bt, work_seq, work_qtile, row_ptr, k_tile, kind, stats)
     stats.seconds = time.perf_counter() - start
     return desc
 
@@ -875,6 +886,21 @@ class KernelTables:
                 self.arrays)
 
 
+_lists_cache: dict[int, tuple[object, tuple[bool, ...]]] = {}
+
+
+def _seq_values_reading_lists(code) -> tuple[bool, ...]:
+    """Per sequence value of `code`, whether it reads a list parameter (found once per MaskCode)."""
+    hit = _lists_cache.get(id(code))
+    if hit is not None and hit[0] is code:
+        return hit[1]
+    result = tuple(bool(ir.arrays_used(sv.expr)) for sv in code.seq_values)
+    if len(_lists_cache) > 64:
+        _lists_cache.clear()
+    _lists_cache[id(code)] = (code, result)
+    return result
+
+
 def kernel_tables(code, desc: Descriptor, layouts: list[ConcreteLayout], values: list[SequenceValues],
                   token_offsets: np.ndarray) -> KernelTables:
     """Everything besides Q, K, V the kernel needs, for the sequences of one launch. `code` is the
@@ -882,14 +908,16 @@ def kernel_tables(code, desc: Descriptor, layouts: list[ConcreteLayout], values:
     batch = len(layouts)
     table = code.seq_table
     seq_table = np.zeros((batch, table.width), dtype=np.int64)
+    bounds = segment_boundaries(layouts, len(code.segment_names))
     sizes = np.array([len(lay.starts) for lay in layouts], dtype=np.int64)
-    ns = np.array([lay.n for lay in layouts], dtype=np.int64)
+    ns = bounds[:, -1]
     fixed = (np.asarray(token_offsets, dtype=np.int64), ns, np.cumsum(sizes) - sizes, sizes)
     for name, value in zip(table.FIXED, fixed):
         seq_table[:, table.fixed(name)] = value
     # Every sequence has a row per block of the tiling: the block fields of sequence b are rows b*blocks ...
     bt = desc.blocks
-    blocks = np.stack([bt.start, *bt.dims.T, bt.first_q, bt.first_k], axis=1)  # fields in table.BLOCK order
+    blocks = np.empty((len(bt.start), 6), dtype=np.int64)  # fields in table.BLOCK order
+    blocks[:, 0], blocks[:, 1:4], blocks[:, 4], blocks[:, 5] = bt.start, bt.dims, bt.first_q, bt.first_k
     blocks = blocks.reshape(batch, len(blocks) // max(batch, 1) * len(table.BLOCK))
     seq_table[:, table.block(0):table.block(0) + blocks.shape[1]] = blocks
     array_parts, array_offset = [], 0
@@ -903,13 +931,12 @@ def kernel_tables(code, desc: Descriptor, layouts: list[ConcreteLayout], values:
             array_offset += a.size
     # The sequence values, each evaluated for all sequences at once (sequence by sequence if it reads a list,
     # or to name the sequence that divides by zero).
-    bounds = segment_boundaries(layouts, len(code.segment_names))
     env = Env(params={name: np.array([v.scalars[name] for v in values]) for name in (values[0].scalars if values else ())},
               bounds={(name, end): bounds[:, s + end] for s, name in enumerate(code.segment_names) for end in (False, True)})
     env.params["n"] = ns
-    for i, sv in enumerate(code.seq_values):
+    for i, (sv, reads_lists) in enumerate(zip(code.seq_values, _seq_values_reading_lists(code))):
         try:
-            if ir.arrays_used(sv.expr):
+            if reads_lists:
                 raise ZeroDivisionError  # lists differ per sequence: go sequence by sequence
             seq_table[:, table.value(i)] = np.asarray(evaluate(sv.expr, env)).astype(np.int64)
         except ZeroDivisionError:
@@ -926,8 +953,10 @@ def kernel_tables(code, desc: Descriptor, layouts: list[ConcreteLayout], values:
         return np.concatenate([getattr(lay, name) for lay in layouts] + [np.zeros(0, np.int32)])
 
     # The descriptor's arrays as they are where the types already agree (the tables are copied to the device).
+    work = np.empty((len(desc.work_seq), 2), dtype=np.int32)
+    work[:, 0], work[:, 1] = desc.work_seq, desc.work_qtile
     return KernelTables(
-        work=np.stack([desc.work_seq, desc.work_qtile], axis=1).astype(np.int32).reshape(-1, 2),
+        work=work,
         row_ptr=desc.row_ptr.astype(np.int32, copy=False),
         k_tiles=desc.k_tile.astype(np.int32, copy=False),
         kinds=desc.kind.astype({8: np.uint8, 16: np.uint16, 32: np.uint32}[code.kind_bits], copy=False),

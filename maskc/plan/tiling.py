@@ -180,6 +180,8 @@ class BlockTable:
 
     def tiles(self, side: str) -> np.ndarray:
         """How many tiles each sequence has."""
+        if len(self.seq) == len(self.rows_of_seq) - 1:  # one block per sequence (a tiling of runs)
+            return self.count(side).copy()
         return np.bincount(self.seq, weights=self.count(side), minlength=len(self.rows_of_seq) - 1).astype(np.int64)
 
 
@@ -189,13 +191,9 @@ def tiles_per_block(dims: np.ndarray, shape: np.ndarray) -> np.ndarray:
 
 def segment_boundaries(layouts: list[ConcreteLayout], segments: int) -> np.ndarray:
     """int64 [B, segments + 1]: where each symbolic segment begins in each sequence (the last column: n), so
-    segment s spans [bounds[b, s], bounds[b, s + 1]); for all sequences at once."""
-    sizes = np.array([len(lay.starts) for lay in layouts], dtype=np.int64)
-    first = np.array([lay.first for lay in layouts], dtype=np.int64).reshape(len(layouts), segments + 1)
-    starts = np.concatenate([lay.starts for lay in layouts] + [np.zeros(1, np.int64)]).astype(np.int64)
-    index = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)[:, None] + first
-    ns = np.array([lay.n for lay in layouts], dtype=np.int64)[:, None]
-    return np.where(first < sizes[:, None], starts[index], ns)  # an empty segment begins where the next does
+    segment s spans [bounds[b, s], bounds[b, s + 1]) (an empty segment begins where the next does); for all
+    sequences at once."""
+    return np.array([lay.bounds for lay in layouts], dtype=np.int64).reshape(len(layouts), segments + 1)
 
 
 def block_table(tiling: Tiling, layouts: list[ConcreteLayout], bounds: np.ndarray | None = None) -> BlockTable:
@@ -212,12 +210,17 @@ def block_table(tiling: Tiling, layouts: list[ConcreteLayout], bounds: np.ndarra
                 d = lay.grid_dims[blk.first]
                 dims[b, i] = (1,) * (3 - len(d)) + tuple(d)
     shapes = {side: np.array([blk.shape(side) for blk in tiling.blocks], dtype=np.int64) for side in "qk"}  # [blocks, 3]
-    counts = {side: tiles_per_block(dims, shapes[side]) for side in "qk"}  # [B, blocks]
-    firsts = {side: np.cumsum(counts[side], axis=1) - counts[side] for side in "qk"}
+    if tiling.has_grids:
+        counts = {side: tiles_per_block(dims, shapes[side]) for side in "qk"}  # [B, blocks]
+    else:  # runs of L tokens, (1, 1, L), in tiles of (1, 1, block): the same count, in one call per side
+        counts = {"q": -(-dims[:, :, 2] // tiling.block_q), "k": -(-dims[:, :, 2] // tiling.block_k)}
+    firsts = {side: np.cumsum(counts[side], axis=1) - counts[side] if count > 1 else np.zeros_like(counts[side])
+              for side in "qk"}
     return BlockTable(seq=np.repeat(np.arange(batch, dtype=np.int64), count), block=np.tile(np.arange(count, dtype=np.int64), batch),
                       start=lo.reshape(-1), dims=dims.reshape(-1, 3), first_q=firsts["q"].reshape(-1),
                       count_q=counts["q"].reshape(-1), first_k=firsts["k"].reshape(-1), count_k=counts["k"].reshape(-1),
-                      q_shape=np.tile(shapes["q"], (batch, 1)), k_shape=np.tile(shapes["k"], (batch, 1)),
+                      q_shape=np.repeat(shapes["q"][None], batch, axis=0).reshape(-1, 3),
+                      k_shape=np.repeat(shapes["k"][None], batch, axis=0).reshape(-1, 3),
                       rows_of_seq=np.arange(0, batch * count + 1, count, dtype=np.int64),
                       size_q=tiling.block_q, size_k=tiling.block_k, runs_only=not tiling.has_grids)
 
