@@ -195,6 +195,11 @@ class _Batch:
                       symbol=joined("symbol"), bounds=bounds)
 
     @cached_property
+    def segment_seq(self) -> np.ndarray:
+        """int64 [C]: the sequence of each concrete segment."""
+        return np.repeat(np.arange(len(self.layouts)), [len(lay.starts) for lay in self.layouts])
+
+    @cached_property
     def grid(self) -> np.ndarray:
         """int64 [C, 3]: (t, y, x) dimensions of the grid a concrete segment is, else (1, 1, 1)."""
         return np.concatenate([entry_grid_dims(lay) for lay in self.layouts] + [np.zeros((0, 3), np.int64)])
