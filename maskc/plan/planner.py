@@ -682,7 +682,7 @@ def _search(program: ir.Program, batch: _Batch, tiling: Tiling, config: TileConf
     return gq[keep], lo[keep], hi[keep], kinds[keep]
 
 
-def _visiting_order(qtile_base: np.ndarray, gq: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+def _visiting_order(seq: np.ndarray, gq: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                     counts: np.ndarray) -> np.ndarray:
     """The work items (global q tiles) in visiting order: grouped by the keys they read, longest first.
 
@@ -694,9 +694,8 @@ def _visiting_order(qtile_base: np.ndarray, gq: np.ndarray, lo: np.ndarray, hi: 
     them in L2 (forward on the H200: document 423 -> 460, hstu_jagged 383 -> 454 TFLOP/s), while the order
     stays close to longest first, which the Hopper forward's dynamic scheduler hands out greedily (the static
     assignment it had then paid 5-8% imbalance for the grouping). Causal, full and sliding masks are one group:
-    their order is plain longest first. Ties keep the q tiles' order."""
+    their order is plain longest first. Ties keep the q tiles' order. `seq`: the sequence of each global q tile."""
     total_q = len(counts)
-    seq = np.repeat(np.arange(len(qtile_base) - 1), np.diff(qtile_base))
     none = int(hi.max(initial=0)) + 1  # past every tile: items without tiles, one group per sequence, last
     first = np.full(total_q, none, dtype=np.int64)
     last = np.full(total_q, -1, dtype=np.int64)
@@ -707,23 +706,23 @@ def _visiting_order(qtile_base: np.ndarray, gq: np.ndarray, lo: np.ndarray, hi: 
     offset = seq * (none + 1)
     first += offset
     last += offset
-    by_keys = np.argsort(first, kind="stable")
-    reach = np.maximum.accumulate(last[by_keys])
-    key_first = first[by_keys]
+    by_keys = first.argsort(kind="stable")
+    reach = np.maximum.accumulate(last.take(by_keys))
+    key_first = first.take(by_keys)
     starts = np.empty(total_q, dtype=bool)
     starts[:1] = True
     np.greater_equal(key_first[1:], reach[:-1], out=starts[1:])
     starts[1:] &= key_first[1:] != key_first[:-1]
     group = np.empty(total_q, dtype=np.int64)
-    group[by_keys] = np.cumsum(starts) - 1
+    group[by_keys] = starts.cumsum() - 1
     longest = np.zeros(int(group.max(initial=-1)) + 1, dtype=np.int64)
     np.maximum.at(longest, group, counts)
     # Groups longest first (ties: in group order), then items longest first (ties: in q tile order): one stable
     # sort of one key (a lexsort of the three keys costs twice as much).
     rank = np.empty(len(longest), dtype=np.int64)
-    rank[np.argsort(-longest, kind="stable")] = np.arange(len(longest))
+    rank[(-longest).argsort(kind="stable")] = np.arange(len(longest))
     most = int(counts.max(initial=0))
-    return np.argsort(rank[group] * (most + 1) + (most - counts), kind="stable")
+    return (rank.take(group) * (most + 1) + (most - counts)).argsort(kind="stable")
 
 
 def _descriptor(config: TileConfig, bt: BlockTable, qtile_base: np.ndarray, gq: np.ndarray, lo: np.ndarray,
@@ -733,7 +732,8 @@ def _descriptor(config: TileConfig, bt: BlockTable, qtile_base: np.ndarray, gq: 
     total_q = int(qtile_base[-1])
     lengths = hi - lo + 1
     counts = np.bincount(gq, weights=lengths, minlength=total_q).astype(np.int64)
-    visit = _visiting_order(qtile_base, gq, lo, hi, counts)
+    seq = np.arange(len(qtile_base) - 1).repeat(qtile_base[1:] - qtile_base[:-1])  # of each global q tile
+    visit = _visiting_order(seq, gq, lo, hi, counts)
     rank = np.empty(total_q, dtype=np.int64)
     rank[visit] = np.arange(total_q)
     visited = int(lengths.sum())
@@ -743,15 +743,16 @@ def _descriptor(config: TileConfig, bt: BlockTable, qtile_base: np.ndarray, gq: 
                         "more than the 1 GiB limit; use fewer or shorter sequences")
     # Ranges by (rank of their q tile, first k tile), one sort of one key; then written out tile by tile with
     # two repeats (the k tile of slot p of range i is p - (slots before range i) + lo[i]).
-    order = np.argsort(rank[gq] * (int(lo.max(initial=0)) + 1) + lo, kind="stable")
-    lo, lengths, kinds = lo[order], lengths[order], kinds[order]
-    before = np.cumsum(lengths) - lengths
-    k_tile = np.arange(visited, dtype=np.int32) - np.repeat((before - lo).astype(np.int32), lengths)
-    kind = np.repeat(kinds, lengths)
+    order = (rank.take(gq) * (int(lo.max(initial=0)) + 1) + lo).argsort(kind="stable")
+    lo, lengths, kinds = lo.take(order), lengths.take(order), kinds.take(order)
+    before = lengths.cumsum() - lengths
+    k_tile = np.arange(visited, dtype=np.int32) - (before - lo).astype(np.int32).repeat(lengths)
+    kind = kinds.repeat(lengths)
     row_ptr = np.zeros(total_q + 1, dtype=np.int32)
-    row_ptr[1:] = np.cumsum(counts[visit])
-    work_seq = (np.searchsorted(qtile_base, visit, side="right") - 1).astype(np.int32)
-    work_qtile = (visit - qtile_base[work_seq]).astype(np.int32)
+    row_ptr[1:] = counts.take(visit).cumsum()
+    work_seq = seq.take(visit)
+    work_qtile = (visit - qtile_base.take(work_seq)).astype(np.int32)
+    work_seq = work_seq.astype(np.int32)
 
     stats.tiles_full = int(lengths @ (kinds == TileKind.FULL))
     stats.tiles_partial = visited - stats.tiles_full
