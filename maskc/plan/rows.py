@@ -214,7 +214,8 @@ def _segment_constants(forms: RowForms, batch, bk: int) -> np.ndarray | None:
                     op(bound[r], evaluate(e, env), out=bound[r])
     except ZeroDivisionError:
         return None
-    np.clip(out[1:5], -_BIG, _BIG, out=out[1:5])
+    bounds4 = out[1:5]
+    np.minimum(np.maximum(bounds4, -_BIG, out=bounds4), _BIG, out=bounds4)  # (np.clip costs 10x more)
     applies[:] = on_side & (H > L) & (h > l)
     np.minimum(H, bounds[:, -1] // bk * bk, out=Hf)
     return out
