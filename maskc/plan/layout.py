@@ -270,8 +270,9 @@ def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "m
     grid_dims: dict[int, tuple[int, ...]] = {}
     position = 0
 
-    def problem(seg: ir.Segment, what: str, span: Span = Span.unknown()) -> ValueProblem:
+    def problem(seg: ir.Segment, what: str, span: Span | None = None) -> ValueProblem:
         """A problem with a segment's length: at `span` (the expression at fault) where known, else the segment."""
+        span = Span.unknown() if span is None else span
         names = set().union(*(ir.params_used(e) | ir.arrays_used(e)
                                for e in (seg.length, seg.count, *seg.dims) if e is not None))
         return value_problem(_known(span, seg.span), f"{where}: segment {seg.name} {what} ({_describe(values, names)})")
