@@ -223,6 +223,10 @@ class _LayoutFacts:
     family_lists: dict[int, tuple[str, ...]]  # family segment -> the lists its length reads at the member index
     plain: dict[int, str]  # family segment of the usual form `R[i] = list[i]` -> the list
     params: dict[str, ir.ParamDecl]  # by name
+    # Lengths and counts read without evaluating an expression (layouts are made per sequence, per call):
+    direct: dict[int, str]  # single segment whose length is an int parameter -> the parameter
+    counted: dict[int, str]  # family segment whose count is len(list) -> the list
+    needs_env: bool  # some segment's length, count or dims is evaluated
 
 
 _facts_cache: dict[int, tuple[ir.Program, _LayoutFacts]] = {}
@@ -237,7 +241,16 @@ def _layout_facts(program: ir.Program) -> _LayoutFacts:
              for s, seg in enumerate(program.segments) if seg.kind == "family"}
     plain = {s: _family_list(seg) for s, seg in enumerate(program.segments)
              if seg.kind == "family" and seg.length == ir.Index(_family_list(seg), (ir.FamilyIndex(),))}
-    facts = _LayoutFacts(layout_uses_n(program), lists, plain, {p.name: p for p in program.params})
+    params = {p.name: p for p in program.params}
+    direct = {s: seg.length.name for s, seg in enumerate(program.segments) if seg.kind == "single"
+              and isinstance(seg.length, ir.Param) and seg.length.name in params
+              and params[seg.length.name].type.elem == "int" and not params[seg.length.name].type.depth}
+    counted = {s: seg.count.array for s, seg in enumerate(program.segments)
+               if seg.kind == "family" and isinstance(seg.count, ir.ArrayLen)}
+    needs_env = any(seg.kind == "grid" or (seg.kind == "single" and s not in direct)
+                    or (seg.kind == "family" and (s not in counted or s not in plain))
+                    for s, seg in enumerate(program.segments))
+    facts = _LayoutFacts(layout_uses_n(program), lists, plain, params, direct, counted, needs_env)
     if len(_facts_cache) > 64:
         _facts_cache.clear()
     _facts_cache[id(program)] = (program, facts)
@@ -262,7 +275,7 @@ def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "m
     uses_n = facts.uses_n
     if uses_n and values.n is None:
         raise value_problem(_n_span(program), f"{where}: the layout depends on n; give the sequence length")
-    env = _env(values, values.n if uses_n else None)
+    env = _env(values, values.n if uses_n else None) if facts.needs_env else None
     # Per segment its length (an int), or its members' lengths (an array, for a family); the tables are built
     # at the end with a few numpy calls (a batch lays out many sequences per call).
     parts: list = []
@@ -281,7 +294,10 @@ def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "m
     for s, seg in enumerate(program.segments):
         bounds.append(position)
         try:
-            if seg.kind == "single":
+            if s in facts.direct:
+                name = facts.direct[s]
+                length = values.n if name == "n" else values.scalars[name]
+            elif seg.kind == "single":
                 length = int(evaluate(seg.length, env))
             elif seg.kind == "grid":
                 dims = tuple(int(evaluate(d, env)) for d in seg.dims)
@@ -291,7 +307,7 @@ def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "m
                 grid_dims[s] = dims
                 length = int(np.prod(dims, dtype=object))
             else:
-                count = int(evaluate(seg.count, env))
+                count = len(values.arrays[facts.counted[s]]) if s in facts.counted else int(evaluate(seg.count, env))
                 if count < 0:
                     raise problem(seg, f"has a negative member count {count}", seg.count.span)
                 if count > MAX_FAMILY_MEMBERS:

@@ -145,7 +145,8 @@ class RowForms:
     params: tuple[str, ...]  # scalar parameters the expressions read, besides n
     bounds: tuple[tuple[str, bool, int], ...]  # SegmentBounds read: (segment, end, column of the boundary table)
     bits: np.ndarray  # uint32 [R]: each region's bit in a partial tile's kind
-    pairs: tuple[np.ndarray, np.ndarray]  # every pair of regions r1 < r2
+    pairs: tuple[np.ndarray, np.ndarray]  # every pair of regions r1 < r2 whose q sides share a segment (others
+    # never meet the rows of one piece together)
     q_bits: np.ndarray  # int64 [R]: RowForm.q_bits of each region
     k_columns: np.ndarray  # int64 [2, R]: the columns of the boundary table where each region's k side begins, ends
 
@@ -169,12 +170,19 @@ def row_forms(program: ir.Program) -> RowForms | None:
         result = RowForms(tuple(forms), tuple(sorted({n.name for n in nodes if isinstance(n, ir.Param)} - {"n"})),
                           tuple((name, end, col) for (name, end), col in bounds.items()),
                           np.array([TileKind.rule_bit(r) for r in range(len(forms))], dtype=np.uint32),
-                          np.triu_indices(len(forms), 1), np.array([f.q_bits for f in forms], dtype=np.int64),
+                          _sharing_rows(forms), np.array([f.q_bits for f in forms], dtype=np.int64),
                           np.array([[f.k_first for f in forms], [f.k_last + 1 for f in forms]], dtype=np.int64))
     if len(_forms_cache) > 64:
         _forms_cache.clear()
     _forms_cache[id(program)] = (program, result)
     return result
+
+
+def _sharing_rows(forms: list[RowForm]) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs of regions r1 < r2 whose q sides share a segment, as two arrays."""
+    pairs = [(r1, r2) for r1 in range(len(forms)) for r2 in range(r1 + 1, len(forms))
+             if forms[r1].q_bits & forms[r2].q_bits]
+    return tuple(np.array([p[side] for p in pairs], dtype=np.int64) for side in (0, 1))
 
 
 # ---------------------------------------------------------------------------------------------------
