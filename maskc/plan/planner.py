@@ -898,18 +898,21 @@ class KernelTables:
                 self.arrays)
 
 
-_lists_cache: dict[int, tuple[object, tuple[bool, ...]]] = {}
+_value_cache: dict[int, tuple[object, tuple]] = {}
 
 
-def _seq_values_reading_lists(code) -> tuple[bool, ...]:
-    """Per sequence value of `code`, whether it reads a list parameter (found once per MaskCode)."""
-    hit = _lists_cache.get(id(code))
+def _seq_value_sources(code) -> tuple[int | str | None, ...]:
+    """Per sequence value of `code`, where it comes from: the column of the segment boundary table when it is a
+    segment's start or end (read as it is), "lists" when it reads a list parameter (evaluated sequence by
+    sequence), else None (evaluated for all sequences at once). Found once per MaskCode."""
+    hit = _value_cache.get(id(code))
     if hit is not None and hit[0] is code:
         return hit[1]
-    result = tuple(bool(ir.arrays_used(sv.expr)) for sv in code.seq_values)
-    if len(_lists_cache) > 64:
-        _lists_cache.clear()
-    _lists_cache[id(code)] = (code, result)
+    result = tuple(code.segment_names.index(sv.expr.segment) + sv.expr.end if isinstance(sv.expr, ir.SegmentBound)
+                   else "lists" if ir.arrays_used(sv.expr) else None for sv in code.seq_values)
+    if len(_value_cache) > 64:
+        _value_cache.clear()
+    _value_cache[id(code)] = (code, result)
     return result
 
 
@@ -943,12 +946,17 @@ def kernel_tables(code, desc: Descriptor, layouts: list[ConcreteLayout], values:
             array_offset += a.size
     # The sequence values, each evaluated for all sequences at once (sequence by sequence if it reads a list,
     # or to name the sequence that divides by zero).
-    env = Env(params={name: np.array([v.scalars[name] for v in values]) for name in (values[0].scalars if values else ())},
-              bounds={(name, end): bounds[:, s + end] for s, name in enumerate(code.segment_names) for end in (False, True)})
-    env.params["n"] = ns
-    for i, (sv, reads_lists) in enumerate(zip(code.seq_values, _seq_values_reading_lists(code))):
+    sources = _seq_value_sources(code)
+    if None in sources:
+        env = Env(params={name: np.array([v.scalars[name] for v in values]) for name in (values[0].scalars if values else ())},
+                  bounds={(name, end): bounds[:, s + end] for s, name in enumerate(code.segment_names) for end in (False, True)})
+        env.params["n"] = ns
+    for i, (sv, source) in enumerate(zip(code.seq_values, sources)):
+        if isinstance(source, int):
+            seq_table[:, table.value(i)] = bounds[:, source]
+            continue
         try:
-            if reads_lists:
+            if source == "lists":
                 raise ZeroDivisionError  # lists differ per sequence: go sequence by sequence
             seq_table[:, table.value(i)] = np.asarray(evaluate(sv.expr, env)).astype(np.int64)
         except ZeroDivisionError:

@@ -336,13 +336,18 @@ def plan_ranges(program: ir.Program, batch, tiling) -> tuple | None:
     covers = met & (xa == a) & (xb == b) & (f0 <= f1)
     f0, f1 = np.where(covers, f0, m1 + 1), np.where(covers, f1, m1)  # empty where nothing is covered
     r1, r2 = forms.pairs
-    m = _Met(met, m0, m1, covers, f0, f1, np.where(met[r1] & met[r2], np.maximum(m0[r1], m0[r2]), _NEVER),
-             np.minimum(m1[r1], m1[r2]))
+    if len(r1):
+        m = _Met(met, m0, m1, covers, f0, f1, np.where(met[r1] & met[r2], np.maximum(m0[r1], m0[r2]), _NEVER),
+                 np.minimum(m1[r1], m1[r2]))
+        overlap = (m.pair_lo <= m.pair_hi).any(axis=0)
+    else:  # no two regions share rows
+        none = np.zeros((0, len(a)), dtype=np.int64)
+        m = _Met(met, m0, m1, covers, f0, f1, none, none)
+        overlap = np.zeros(len(a), dtype=bool)
 
     # A q tile of one piece where no two regions meet a common k tile (the common case): each region's tiles
     # are partial, then full, then partial. The other q tiles go through a sweep. (The ranges may come in any
     # order: the descriptor sorts them.)
-    overlap = (m.pair_lo <= m.pair_hi).any(axis=0)
     alone = (p.per_tile.take(p.gq) == 1) & ~overlap
     flat = (met & alone).ravel().nonzero()[0]  # (region, piece) r * P + i
     gq = p.gq.take(flat % len(p.gq))
@@ -362,14 +367,14 @@ def _swept(seg, p: _Pieces, chosen, overlap, m: _Met, forms: RowForms, bq, bk):
     """Ranges of the q tiles of the `chosen` pieces: per k tile, the regions meeting it in some piece, and
     FULL where every piece of the q tile covers it."""
     regions = len(forms.bits)
-    r, i = (m.met & chosen).nonzero()
-    cr, ci = (m.covers & chosen).nonzero()
     # Counts per region (a region meets a k tile where its count > 0), then of the pieces covering the tile:
     # a region covering the tile alone, one per piece unless two regions meet the tile there (corrected below).
-    row = np.concatenate((r, np.full(len(cr), regions)))
+    # Events: (met or covers, region, piece); in any order, as the sweep only reads sums.
+    is_cover, r, i = np.array((m.met & chosen, m.covers & chosen)).nonzero()
+    first, last = np.array((m.m0, m.f0))[is_cover, r, i], np.array((m.m1, m.f1))[is_cover, r, i]
+    row = np.where(is_cover == 1, regions, r)
     weight = np.ones(len(row), dtype=np.int64)
-    key, first, last = p.gq.take(np.concatenate((i, ci))), np.concatenate((m.m0[r, i], m.f0[cr, ci])), \
-        np.concatenate((m.m1[r, i], m.f1[cr, ci]))
+    key = p.gq.take(i)
     if (overlap & chosen).any():
         piece, tile, delta = _union_fixes(seg, p, overlap & chosen, m, bq, bk)
         key, first, last = np.concatenate((key, p.gq.take(piece))), np.concatenate((first, tile)), \
