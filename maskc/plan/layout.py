@@ -151,7 +151,7 @@ def _as_array(decl: ir.ParamDecl, value, where: str) -> np.ndarray:
         if arr.dtype != bool:
             raise value_problem(decl.span, f"{where}: parameter '{decl.name}' must hold bools, got {show_value(value)}")
         return arr.copy()
-    if arr.dtype.kind not in "iu":  # signed or unsigned integers (not bool, whose kind is "b")
+    if arr.dtype.kind not in "ium":  # the kinds of np.integer (timedelta64 is one; bool is not)
         raise value_problem(decl.span, f"{where}: parameter '{decl.name}' must hold ints, got {show_value(value)}")
     arr = arr.astype(np.int64)
     # A short list is checked in Python: numpy's reductions cost more, and a batch binds a list per sequence.

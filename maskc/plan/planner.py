@@ -747,6 +747,8 @@ def _descriptor(config: TileConfig, bt: BlockTable, qtile_base: np.ndarray, gq: 
     order = (rank.take(gq) * (int(lo.max(initial=0)) + 1) + lo).argsort(kind="stable")
     lo, lengths, kinds = lo.take(order), lengths.take(order), kinds.take(order)
     kind = kinds.repeat(lengths)
+    stats.tiles_full = int(lengths @ (kinds == TileKind.FULL))
+    stats.tiles_partial = visited - stats.tiles_full
     some = lengths > 0
     lo, lengths = lo.compress(some), lengths.compress(some)
     k_tile = np.ones(visited, dtype=np.int32)
@@ -759,9 +761,6 @@ def _descriptor(config: TileConfig, bt: BlockTable, qtile_base: np.ndarray, gq: 
     work_seq = seq.take(visit)
     work_qtile = (visit - qtile_base.take(work_seq)).astype(np.int32)
     work_seq = work_seq.astype(np.int32)
-
-    stats.tiles_full = int(lengths @ (kinds == TileKind.FULL))
-    stats.tiles_partial = visited - stats.tiles_full
     desc = Descriptor(config, bt, work_seq, work_qtile, row_ptr, k_tile, kind, stats)
     stats.seconds = time.perf_counter() - start
     return desc
