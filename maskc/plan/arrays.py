@@ -15,6 +15,6 @@ def distinct(x: np.ndarray) -> np.ndarray:
 def expand(count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For ranges of the given sizes: (which range, offset inside it) of every element."""
     total = int(count.sum())
-    which = np.repeat(np.arange(len(count)), count)
-    offset = np.arange(total) - np.repeat(np.cumsum(count) - count, count)
+    which = np.arange(len(count)).repeat(count)
+    offset = np.arange(total) - (count.cumsum() - count).repeat(count)
     return which, offset

@@ -54,6 +54,9 @@ class ConcreteLayout:
     member: np.ndarray  # int32 [C]
     first: np.ndarray  # int64 [S + 1]
     grid_dims: dict[int, tuple[int, ...]]  # symbolic segment -> (h, w) or (t, h, w)
+    # Where each symbolic segment begins (an empty one where the next does), then n: a row of
+    # tiling.segment_boundaries, known for free while laying out (the planner needs it for every sequence).
+    bounds: tuple[int, ...]
 
     def span(self, symbol: int) -> tuple[int, int]:
         """The token range [start, end) of a symbolic segment (all members of a family)."""
@@ -148,10 +151,13 @@ def _as_array(decl: ir.ParamDecl, value, where: str) -> np.ndarray:
         if arr.dtype != bool:
             raise value_problem(decl.span, f"{where}: parameter '{decl.name}' must hold bools, got {show_value(value)}")
         return arr.copy()
-    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+    if arr.dtype.kind not in "ium":  # the kinds of np.integer (timedelta64 is one; bool is not)
         raise value_problem(decl.span, f"{where}: parameter '{decl.name}' must hold ints, got {show_value(value)}")
     arr = arr.astype(np.int64)
-    if arr.min() < INT32_MIN or arr.max() > INT32_MAX:
+    # A short list is checked in Python: numpy's reductions cost more, and a batch binds a list per sequence.
+    flat = arr.ravel().tolist() if arr.size <= 256 else None
+    lo, hi = (min(flat), max(flat)) if flat is not None else (arr.min(), arr.max())
+    if lo < INT32_MIN or hi > INT32_MAX:
         raise value_problem(decl.span, f"{where}: parameter '{decl.name}' has values outside the 32-bit range")
     return arr
 
@@ -217,6 +223,10 @@ class _LayoutFacts:
     family_lists: dict[int, tuple[str, ...]]  # family segment -> the lists its length reads at the member index
     plain: dict[int, str]  # family segment of the usual form `R[i] = list[i]` -> the list
     params: dict[str, ir.ParamDecl]  # by name
+    # Lengths and counts read without evaluating an expression (layouts are made per sequence, per call):
+    direct: dict[int, str]  # single segment whose length is an int parameter -> the parameter
+    counted: dict[int, str]  # family segment whose count is len(list) -> the list
+    needs_env: bool  # some segment's length, count or dims is evaluated
 
 
 _facts_cache: dict[int, tuple[ir.Program, _LayoutFacts]] = {}
@@ -231,7 +241,16 @@ def _layout_facts(program: ir.Program) -> _LayoutFacts:
              for s, seg in enumerate(program.segments) if seg.kind == "family"}
     plain = {s: _family_list(seg) for s, seg in enumerate(program.segments)
              if seg.kind == "family" and seg.length == ir.Index(_family_list(seg), (ir.FamilyIndex(),))}
-    facts = _LayoutFacts(layout_uses_n(program), lists, plain, {p.name: p for p in program.params})
+    params = {p.name: p for p in program.params}
+    direct = {s: seg.length.name for s, seg in enumerate(program.segments) if seg.kind == "single"
+              and isinstance(seg.length, ir.Param) and seg.length.name in params
+              and params[seg.length.name].type.elem == "int" and not params[seg.length.name].type.depth}
+    counted = {s: seg.count.array for s, seg in enumerate(program.segments)
+               if seg.kind == "family" and isinstance(seg.count, ir.ArrayLen)}
+    needs_env = any(seg.kind == "grid" or (seg.kind == "single" and s not in direct)
+                    or (seg.kind == "family" and (s not in counted or s not in plain))
+                    for s, seg in enumerate(program.segments))
+    facts = _LayoutFacts(layout_uses_n(program), lists, plain, params, direct, counted, needs_env)
     if len(_facts_cache) > 64:
         _facts_cache.clear()
     _facts_cache[id(program)] = (program, facts)
@@ -256,7 +275,7 @@ def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "m
     uses_n = facts.uses_n
     if uses_n and values.n is None:
         raise value_problem(_n_span(program), f"{where}: the layout depends on n; give the sequence length")
-    env = _env(values, values.n if uses_n else None)
+    env = _env(values, values.n if uses_n else None) if facts.needs_env else None
     # Per segment its length (an int), or its members' lengths (an array, for a family); the tables are built
     # at the end with a few numpy calls (a batch lays out many sequences per call).
     parts: list = []
@@ -264,15 +283,21 @@ def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "m
     grid_dims: dict[int, tuple[int, ...]] = {}
     position = 0
 
-    def problem(seg: ir.Segment, what: str, span: Span = Span.unknown()) -> ValueProblem:
+    def problem(seg: ir.Segment, what: str, span: Span | None = None) -> ValueProblem:
         """A problem with a segment's length: at `span` (the expression at fault) where known, else the segment."""
+        span = Span.unknown() if span is None else span
         names = set().union(*(ir.params_used(e) | ir.arrays_used(e)
                                for e in (seg.length, seg.count, *seg.dims) if e is not None))
         return value_problem(_known(span, seg.span), f"{where}: segment {seg.name} {what} ({_describe(values, names)})")
 
+    bounds: list[int] = []
     for s, seg in enumerate(program.segments):
+        bounds.append(position)
         try:
-            if seg.kind == "single":
+            if s in facts.direct:
+                name = facts.direct[s]
+                length = values.n if name == "n" else values.scalars[name]
+            elif seg.kind == "single":
                 length = int(evaluate(seg.length, env))
             elif seg.kind == "grid":
                 dims = tuple(int(evaluate(d, env)) for d in seg.dims)
@@ -282,7 +307,7 @@ def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "m
                 grid_dims[s] = dims
                 length = int(np.prod(dims, dtype=object))
             else:
-                count = int(evaluate(seg.count, env))
+                count = len(values.arrays[facts.counted[s]]) if s in facts.counted else int(evaluate(seg.count, env))
                 if count < 0:
                     raise problem(seg, f"has a negative member count {count}", seg.count.span)
                 if count > MAX_FAMILY_MEMBERS:
@@ -328,19 +353,23 @@ def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "m
                             "parameters; change those instead (with the command line: --param NAME=VALUE rather than "
                             "--n)")
     total = sum(counts)
-    if counts.count(1) == len(counts):  # one entry per segment (families of one member included)
-        lengths = np.array([x if isinstance(x, int) else x[0] for x in parts], dtype=np.int64)
-        symbol, member = np.arange(total, dtype=np.int32), np.zeros(total, dtype=np.int32)
-    elif all(not isinstance(x, np.ndarray) for x in parts):  # few entries: lists cost less than numpy's calls
-        lengths = np.array([v for x in parts for v in ((x,) if isinstance(x, int) else x)], dtype=np.int64)
-        symbol = np.array([s for s, c in enumerate(counts) for _ in range(c)], dtype=np.int32)
-        member = np.array([m for c in counts for m in range(c)], dtype=np.int32)
+    if all(not isinstance(x, np.ndarray) for x in parts):  # few entries: lists cost less than numpy's calls
+        flat = [v for x in parts for v in ((x,) if isinstance(x, int) else x)]
+        lengths = np.array(flat, dtype=np.int64)
+        starts = np.array([0, *itertools.accumulate(flat[:-1])], dtype=np.int64) if flat else np.zeros(0, np.int64)
+        if counts.count(1) == len(counts):  # one entry per segment (families of one member included)
+            symbol, member = np.arange(total, dtype=np.int32), np.zeros(total, dtype=np.int32)
+        else:
+            symbol = np.array([s for s, c in enumerate(counts) for _ in range(c)], dtype=np.int32)
+            member = np.array([m for c in counts for m in range(c)], dtype=np.int32)
     else:
         lengths = np.concatenate([np.asarray([x] if isinstance(x, int) else x, dtype=np.int64) for x in parts])
+        starts = np.cumsum(lengths) - lengths
         symbol = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
         member = (np.arange(len(lengths)) - np.repeat(np.cumsum(counts) - counts, counts)).astype(np.int32)
-    return ConcreteLayout(n=position, starts=np.cumsum(lengths) - lengths, lengths=lengths, symbol=symbol, member=member,
-                          first=np.array([0, *itertools.accumulate(counts)], dtype=np.int64), grid_dims=grid_dims)
+    return ConcreteLayout(n=position, starts=starts, lengths=lengths, symbol=symbol, member=member,
+                          first=np.array([0, *itertools.accumulate(counts)], dtype=np.int64), grid_dims=grid_dims,
+                          bounds=(*bounds, position))
 
 
 def entry_grid_dims(layout: ConcreteLayout) -> np.ndarray:

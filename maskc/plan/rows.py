@@ -145,7 +145,10 @@ class RowForms:
     params: tuple[str, ...]  # scalar parameters the expressions read, besides n
     bounds: tuple[tuple[str, bool, int], ...]  # SegmentBounds read: (segment, end, column of the boundary table)
     bits: np.ndarray  # uint32 [R]: each region's bit in a partial tile's kind
-    pairs: tuple[np.ndarray, np.ndarray]  # every pair of regions r1 < r2
+    pairs: tuple[np.ndarray, np.ndarray]  # every pair of regions r1 < r2 whose q sides share a segment (others
+    # never meet the rows of one piece together)
+    q_bits: np.ndarray  # int64 [R]: RowForm.q_bits of each region
+    k_columns: np.ndarray  # int64 [2, R]: the columns of the boundary table where each region's k side begins, ends
 
 
 _forms_cache: dict[int, tuple[ir.Program, RowForms | None]] = {}
@@ -167,11 +170,19 @@ def row_forms(program: ir.Program) -> RowForms | None:
         result = RowForms(tuple(forms), tuple(sorted({n.name for n in nodes if isinstance(n, ir.Param)} - {"n"})),
                           tuple((name, end, col) for (name, end), col in bounds.items()),
                           np.array([TileKind.rule_bit(r) for r in range(len(forms))], dtype=np.uint32),
-                          np.triu_indices(len(forms), 1))
+                          _sharing_rows(forms), np.array([f.q_bits for f in forms], dtype=np.int64),
+                          np.array([[f.k_first for f in forms], [f.k_last + 1 for f in forms]], dtype=np.int64))
     if len(_forms_cache) > 64:
         _forms_cache.clear()
     _forms_cache[id(program)] = (program, result)
     return result
+
+
+def _sharing_rows(forms: list[RowForm]) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs of regions r1 < r2 whose q sides share a segment, as two arrays."""
+    pairs = [(r1, r2) for r1 in range(len(forms)) for r2 in range(r1 + 1, len(forms))
+             if forms[r1].q_bits & forms[r2].q_bits]
+    return tuple(np.array([p[side] for p in pairs], dtype=np.int64) for side in (0, 1))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -185,7 +196,7 @@ def _segment_constants(forms: RowForms, batch, bk: int) -> np.ndarray | None:
     where the region applies to the segment's rows and some row may have keys (H > L and h > l), and Hf = H
     cut to the last k tile without a ragged slot. None when an expression divides by zero for these values
     (the general search then reports or handles it)."""
-    seq = np.repeat(np.arange(len(batch.layouts)), [len(lay.starts) for lay in batch.layouts])
+    seq = batch.segment_seq
     bounds = batch.bounds[seq]  # [C, S + 1]: where each symbolic segment of c's sequence begins (the last: n)
     params = {name: np.array([v.scalars[name] for v in batch.values])[seq] for name in forms.params}
     params["n"] = bounds[:, -1]
@@ -194,22 +205,28 @@ def _segment_constants(forms: RowForms, batch, bk: int) -> np.ndarray | None:
                                      ("member", "q"): batch.member},
               bounds={(name, end): bounds[:, col] for name, end, col in forms.bounds})
 
-    shape = (len(forms.regions), len(seq))
-    applies = np.empty(shape, dtype=bool)
-    L, H = bounds[:, [f.k_first for f in forms.regions]].T.copy(), bounds[:, [f.k_last + 1 for f in forms.regions]].T.copy()
-    l, h = np.full(shape, -_BIG, dtype=np.int64), np.full(shape, _BIG, dtype=np.int64)
+    # One array for all six, filled in place: each region's row of L, l, H, h starts from the k side's span.
+    out = np.empty((6, len(forms.regions), len(seq)), dtype=np.int64)
+    applies, L, l, H, h, Hf = out
+    L[:], H[:] = bounds[:, forms.k_columns[0]].T, bounds[:, forms.k_columns[1]].T
+    l.fill(-_BIG)
+    h.fill(_BIG)
+    on_side = ((forms.q_bits[:, None] >> batch.symbol) & 1).astype(bool)
     try:
         for r, f in enumerate(forms.regions):
-            on_side = ((f.q_bits >> batch.symbol) & 1) != 0
-            applies[r] = on_side if f.row == ir.TRUE else on_side & np.asarray(evaluate(f.row, env), dtype=bool)
-            for parts, out, op in ((f.lo.constants, L, np.maximum), (f.lo.slopes, l, np.maximum),
-                                   (f.hi.constants, H, np.minimum), (f.hi.slopes, h, np.minimum)):
+            if f.row != ir.TRUE:
+                on_side[r] &= np.asarray(evaluate(f.row, env), dtype=bool)
+            for parts, bound, op in ((f.lo.constants, L, np.maximum), (f.lo.slopes, l, np.maximum),
+                                     (f.hi.constants, H, np.minimum), (f.hi.slopes, h, np.minimum)):
                 for e in parts:
-                    op(out[r], evaluate(e, env), out=out[r])
+                    op(bound[r], evaluate(e, env), out=bound[r])
     except ZeroDivisionError:
         return None
-    L, l, H, h = np.minimum(np.maximum(np.stack([L, l, H, h]), -_BIG), _BIG)
-    return np.stack([applies & (H > L) & (h > l), L, l, H, h, np.minimum(H, bounds[:, -1] // bk * bk)])
+    bounds4 = out[1:5]
+    np.minimum(np.maximum(bounds4, -_BIG, out=bounds4), _BIG, out=bounds4)  # (np.clip costs 10x more)
+    applies[:] = on_side & (H > L) & (h > l)
+    np.minimum(H, bounds[:, -1] // bk * bk, out=Hf)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -230,35 +247,46 @@ class _Pieces:
 
 
 def _pieces(batch, ns: np.ndarray, bq: int) -> _Pieces:
-    which, offset = expand(-(-ns // bq))
-    tile_start = batch.base[which] + offset * bq  # global, ascending
-    nonempty = np.nonzero(batch.lengths > 0)[0]
-    seg_start = batch.starts[nonempty]
-    cuts = np.sort(np.concatenate([tile_start, seg_start]))
-    cuts = cuts[np.concatenate([[True], cuts[1:] != cuts[:-1]])] if len(cuts) else cuts
-    gq = np.searchsorted(tile_start, cuts, side="right") - 1
-    seq = which[gq]
-    return _Pieces(gq=gq, seg=nonempty[np.searchsorted(seg_start, cuts, side="right") - 1], seq=seq,
-                   a=cuts - batch.base[seq], b=np.append(cuts[1:], ns.sum()) - batch.base[seq],
-                   per_tile=np.bincount(gq, minlength=len(tile_start)))
+    counts = -(-ns // bq)  # q tiles per sequence
+    first_tile = counts.cumsum() - counts
+    tiles = int(counts.sum())
+    tile_start = (batch.base - first_tile * bq).repeat(counts) + np.arange(tiles) * bq  # global, ascending
+    nonempty = (batch.lengths > 0).nonzero()[0]
+    seg_start = batch.starts.take(nonempty)
+    cuts = np.concatenate((tile_start, seg_start))
+    cuts.sort()
+    distinct = np.empty(len(cuts), dtype=bool)
+    distinct[:1] = True
+    np.not_equal(cuts[1:], cuts[:-1], out=distinct[1:])
+    cuts = cuts.compress(distinct)
+    # Each cut lies in the last segment begun at or before it, and so in that segment's sequence and tile.
+    seg = nonempty.take(seg_start.searchsorted(cuts, side="right") - 1)
+    seq = batch.segment_seq.take(seg)
+    base = batch.base.take(seq)
+    b = np.empty_like(cuts)
+    b[:-1] = cuts[1:]
+    b[-1:] = ns.sum()
+    gq = first_tile.take(seq) + (cuts - base) // bq
+    return _Pieces(gq=gq, seg=seg, seq=seq, a=cuts - base, b=b - base, per_tile=np.bincount(gq, minlength=tiles))
 
 
 def _sweep(key: np.ndarray, first: np.ndarray, last: np.ndarray, values: np.ndarray):
     """Ranges first..last (inclusive) of k tiles, each of one key (a q tile), with values [m, E]: the
     elementary segments [start, end) between consecutive range end points of a key, and the sums of the
     values of the ranges covering each ([m, S]). Returns (key, start, end, sums)."""
-    key = np.concatenate([key, key])
-    pos = np.concatenate([first, last + 1])
-    order = np.argsort(key * (int(pos.max(initial=0)) + 1) + pos, kind="stable")
-    key, pos = key[order], pos[order]
-    sums = np.cumsum(np.concatenate([values, -values], axis=1)[:, order], axis=1)
+    key = np.concatenate((key, key))
+    pos = np.concatenate((first, last + 1))
+    order = (key * (int(pos.max(initial=0)) + 1) + pos).argsort(kind="stable")
+    key, pos = key.take(order), pos.take(order)
+    sums = np.concatenate((values, -values), axis=1).take(order, axis=1).cumsum(axis=1)
     # Ranges open and close inside their key, so the running sums start every key at zero. Keep the sums
     # after the last event at each (key, position).
-    last_event = np.ones(len(key), dtype=bool)
+    last_event = np.empty(len(key), dtype=bool)
+    last_event[-1:] = True
     last_event[:-1] = (key[1:] != key[:-1]) | (pos[1:] != pos[:-1])
-    key, pos, sums = key[last_event], pos[last_event], sums[:, last_event]
-    seg = np.nonzero(key[:-1] == key[1:])[0]
-    return key[seg], pos[seg], pos[seg + 1], sums[:, seg]
+    key, pos, sums = key.compress(last_event), pos.compress(last_event), sums.compress(last_event, axis=1)
+    seg = (key[:-1] == key[1:]).nonzero()[0]
+    return key.take(seg), pos.take(seg), pos.take(seg + 1), sums.take(seg, axis=1)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -296,7 +324,7 @@ def plan_ranges(program: ir.Program, batch, tiling) -> tuple | None:
     a, b = p.a, p.b
 
     # The rows with a non-empty interval are xa .. xb - 1 (hi - lo is concave).
-    ok, L, l, H, h, Hf = seg[:, :, p.seg]
+    ok, L, l, H, h, Hf = seg.take(p.seg, axis=2)
     xa = np.maximum(a, L - h + 1)
     xb = np.minimum(b, H - l)
     met = (ok != 0) & (xa < xb)
@@ -308,50 +336,56 @@ def plan_ranges(program: ir.Program, batch, tiling) -> tuple | None:
     covers = met & (xa == a) & (xb == b) & (f0 <= f1)
     f0, f1 = np.where(covers, f0, m1 + 1), np.where(covers, f1, m1)  # empty where nothing is covered
     r1, r2 = forms.pairs
-    m = _Met(met, m0, m1, covers, f0, f1, np.where(met[r1] & met[r2], np.maximum(m0[r1], m0[r2]), _NEVER),
-             np.minimum(m1[r1], m1[r2]))
+    if len(r1):
+        m = _Met(met, m0, m1, covers, f0, f1, np.where(met[r1] & met[r2], np.maximum(m0[r1], m0[r2]), _NEVER),
+                 np.minimum(m1[r1], m1[r2]))
+        overlap = (m.pair_lo <= m.pair_hi).any(axis=0)
+    else:  # no two regions share rows
+        none = np.zeros((0, len(a)), dtype=np.int64)
+        m = _Met(met, m0, m1, covers, f0, f1, none, none)
+        overlap = np.zeros(len(a), dtype=bool)
 
     # A q tile of one piece where no two regions meet a common k tile (the common case): each region's tiles
-    # are partial, then full, then partial. The other q tiles go through a sweep.
-    overlap = (m.pair_lo <= m.pair_hi).any(axis=0)
-    alone = (p.per_tile[p.gq] == 1) & ~overlap
-    r, i = np.nonzero(met & alone)
-    m0, f0, f1, m1 = np.stack([m0, f0, f1, m1])[:, r, i]
-    bits = forms.bits[r]
-    gq, lo, hi = np.tile(p.gq[i], 3), np.concatenate([m0, f0, f1 + 1]), np.concatenate([f0 - 1, f1, m1])
-    kind = np.concatenate([bits, np.zeros(len(r), np.uint32), bits])
+    # are partial, then full, then partial. The other q tiles go through a sweep. (The ranges may come in any
+    # order: the descriptor sorts them.)
+    alone = (p.per_tile.take(p.gq) == 1) & ~overlap
+    flat = (met & alone).ravel().nonzero()[0]  # (region, piece) r * P + i
+    gq = p.gq.take(flat % len(p.gq))
+    gq = np.concatenate((gq, gq, gq))
+    lo = np.array((m0, f0, f1 + 1)).reshape(3, -1).take(flat, axis=1).ravel()
+    hi = np.array((f0 - 1, f1, m1)).reshape(3, -1).take(flat, axis=1).ravel()
+    bits = forms.bits.take(flat // len(p.gq))
+    kind = np.concatenate((bits, np.zeros(len(flat), np.uint32), bits))
     if not alone.all():
         gq, lo, hi, kind = (np.concatenate(x) for x in zip((gq, lo, hi, kind),
                                                              _swept(seg, p, ~alone, overlap, m, forms, bq, bk)))
     keep = lo <= hi
-    return gq[keep], lo[keep], hi[keep], kind[keep]
+    return gq.compress(keep), lo.compress(keep), hi.compress(keep), kind.compress(keep)
 
 
 def _swept(seg, p: _Pieces, chosen, overlap, m: _Met, forms: RowForms, bq, bk):
     """Ranges of the q tiles of the `chosen` pieces: per k tile, the regions meeting it in some piece, and
     FULL where every piece of the q tile covers it."""
     regions = len(forms.bits)
-    r, i = np.nonzero(m.met & chosen)
-    cr, ci = np.nonzero(m.covers & chosen)
     # Counts per region (a region meets a k tile where its count > 0), then of the pieces covering the tile:
     # a region covering the tile alone, one per piece unless two regions meet the tile there (corrected below).
-    counts = np.zeros((regions + 1, len(r) + len(cr)), dtype=np.int64)
-    counts[r, np.arange(len(r))] = 1
-    counts[regions, len(r):] = 1
-    key, first, last = p.gq[np.concatenate([i, ci])], np.concatenate([m.m0[r, i], m.f0[cr, ci]]), \
-        np.concatenate([m.m1[r, i], m.f1[cr, ci]])
+    # Events: (met or covers, region, piece); in any order, as the sweep only reads sums.
+    is_cover, r, i = np.array((m.met & chosen, m.covers & chosen)).nonzero()
+    first, last = np.array((m.m0, m.f0))[is_cover, r, i], np.array((m.m1, m.f1))[is_cover, r, i]
+    row = np.where(is_cover == 1, regions, r)
+    weight = np.ones(len(row), dtype=np.int64)
+    key = p.gq.take(i)
     if (overlap & chosen).any():
         piece, tile, delta = _union_fixes(seg, p, overlap & chosen, m, bq, bk)
-        extra = np.zeros((regions + 1, len(piece)), dtype=np.int64)
-        extra[regions] = delta
-        key, first, last = np.concatenate([key, p.gq[piece]]), np.concatenate([first, tile]), \
-            np.concatenate([last, tile])
-        counts = np.concatenate([counts, extra], axis=1)
-    q, start, end, sums = _sweep(key, first, last, counts)
-    kind = ((sums[:regions] > 0) * forms.bits[:, None]).sum(axis=0).astype(np.uint32)
-    full = sums[regions] == p.per_tile[q]
+        key, first, last = np.concatenate((key, p.gq.take(piece))), np.concatenate((first, tile)), \
+            np.concatenate((last, tile))
+        row = np.concatenate((row, np.full(len(piece), regions)))
+        weight = np.concatenate((weight, delta))
+    q, start, end, sums = _sweep(key, first, last, (np.arange(regions + 1)[:, None] == row) * weight)
+    kind = forms.bits @ (sums[:regions] > 0)  # the bits of the regions meeting the tile: a sum of distinct bits
     visited = kind != 0
-    return q[visited], start[visited], end[visited] - 1, np.where(full, TileKind.FULL, kind)[visited].astype(np.uint32)
+    kind = np.where(sums[regions] == p.per_tile.take(q), TileKind.FULL, kind).astype(np.uint32)
+    return q.compress(visited), start.compress(visited), end.compress(visited) - 1, kind.compress(visited)
 
 
 def _union_fixes(seg, p: _Pieces, chosen, m: _Met, bq, bk):
@@ -359,15 +393,16 @@ def _union_fixes(seg, p: _Pieces, chosen, m: _Met, bq, bk):
     intervals may cover the tile: (piece, tile, correction) with correction = covered (0 or 1) minus the
     number of regions whose all-rows range counted the tile as covered already."""
     shared = (m.pair_lo <= m.pair_hi) & chosen
-    j, i = np.nonzero(shared)
-    w, off = expand(m.pair_hi[j, i] - m.pair_lo[j, i] + 1)
-    piece, tile = i[w], m.pair_lo[j, i][w] + off
+    j, i = shared.nonzero()
+    pair_lo = m.pair_lo[j, i]
+    w, off = expand(m.pair_hi[j, i] - pair_lo + 1)
+    piece, tile = i.take(w), pair_lo.take(w) + off
     if (shared.sum(axis=0) > 1).any():  # a piece where several pairs overlap: each tile once
         stride = int(tile.max()) + 1
         key = np.sort(piece * stride + tile)
         key = key[np.concatenate([[True], key[1:] != key[:-1]])]
         piece, tile = key // stride, key % stride
-    alone = ((m.f0[:, piece] <= tile) & (tile <= m.f1[:, piece])).sum(axis=0)
+    alone = ((m.f0.take(piece, axis=1) <= tile) & (tile <= m.f1.take(piece, axis=1))).sum(axis=0)
     return piece, tile, _covered_by_union(seg, p, piece, tile, bq, bk).astype(np.int64) - alone
 
 
@@ -386,16 +421,15 @@ def _covered_by_union(seg, p: _Pieces, piece, tile, bq, bk) -> np.ndarray:
     intervals. Three pseudo-rows first: the first and the last row (if either is not covered, the piece is
     not), and the intervals every row of the piece contains, [lo(last), hi(first)) (if those cover, every
     row does). Only pieces neither settles go row by row."""
-    c = p.seg[piece]
-    ok, L, l, H, h, Hf = seg[:, :, c, None]
+    ok, L, l, H, h, Hf = seg.take(p.seg.take(piece), axis=2)[..., None]
     applies = ok != 0
     first, end = tile[:, None] * bk, (tile[:, None] + 1) * bk
-    a, z = p.a[piece][:, None], p.b[piece][:, None] - 1
-    lo = np.maximum(L, np.concatenate([a, z, z], axis=1) + l)
-    hi = np.minimum(H, np.concatenate([a, z, a], axis=1) + h)
+    a, z = p.a.take(piece)[:, None], p.b.take(piece)[:, None] - 1
+    lo = np.maximum(L, np.concatenate((a, z, z), axis=1) + l)
+    hi = np.minimum(H, np.concatenate((a, z, a), axis=1) + h)
     covered = _reach(applies, lo, hi, first) >= end
     result = covered[:, 2] | (covered[:, 0] & covered[:, 1])
-    todo = np.nonzero(covered[:, 0] & covered[:, 1] & ~covered[:, 2])[0]
+    todo = (covered[:, 0] & covered[:, 1] & ~covered[:, 2]).nonzero()[0]
     if len(todo):
         x = a[todo] + np.arange(bq)[None, :]
         lo, hi = np.maximum(L[:, todo], x + l[:, todo]), np.minimum(H[:, todo], x + h[:, todo])

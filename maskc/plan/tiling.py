@@ -13,6 +13,7 @@ from the runtime layout of each sequence.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -180,6 +181,8 @@ class BlockTable:
 
     def tiles(self, side: str) -> np.ndarray:
         """How many tiles each sequence has."""
+        if len(self.seq) == len(self.rows_of_seq) - 1:  # one block per sequence (a tiling of runs)
+            return self.count(side).copy()
         return np.bincount(self.seq, weights=self.count(side), minlength=len(self.rows_of_seq) - 1).astype(np.int64)
 
 
@@ -189,13 +192,9 @@ def tiles_per_block(dims: np.ndarray, shape: np.ndarray) -> np.ndarray:
 
 def segment_boundaries(layouts: list[ConcreteLayout], segments: int) -> np.ndarray:
     """int64 [B, segments + 1]: where each symbolic segment begins in each sequence (the last column: n), so
-    segment s spans [bounds[b, s], bounds[b, s + 1]); for all sequences at once."""
-    sizes = np.array([len(lay.starts) for lay in layouts], dtype=np.int64)
-    first = np.array([lay.first for lay in layouts], dtype=np.int64).reshape(len(layouts), segments + 1)
-    starts = np.concatenate([lay.starts for lay in layouts] + [np.zeros(1, np.int64)]).astype(np.int64)
-    index = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)[:, None] + first
-    ns = np.array([lay.n for lay in layouts], dtype=np.int64)[:, None]
-    return np.where(first < sizes[:, None], starts[index], ns)  # an empty segment begins where the next does
+    segment s spans [bounds[b, s], bounds[b, s + 1]) (an empty segment begins where the next does); for all
+    sequences at once."""
+    return np.array([lay.bounds for lay in layouts], dtype=np.int64).reshape(len(layouts), segments + 1)
 
 
 def block_table(tiling: Tiling, layouts: list[ConcreteLayout], bounds: np.ndarray | None = None) -> BlockTable:
@@ -211,15 +210,45 @@ def block_table(tiling: Tiling, layouts: list[ConcreteLayout], bounds: np.ndarra
             for b, lay in enumerate(layouts):
                 d = lay.grid_dims[blk.first]
                 dims[b, i] = (1,) * (3 - len(d)) + tuple(d)
-    shapes = {side: np.array([blk.shape(side) for blk in tiling.blocks], dtype=np.int64) for side in "qk"}  # [blocks, 3]
-    counts = {side: tiles_per_block(dims, shapes[side]) for side in "qk"}  # [B, blocks]
-    firsts = {side: np.cumsum(counts[side], axis=1) - counts[side] for side in "qk"}
-    return BlockTable(seq=np.repeat(np.arange(batch, dtype=np.int64), count), block=np.tile(np.arange(count, dtype=np.int64), batch),
+    rows = _block_rows(tiling, batch)
+    if tiling.has_grids:
+        counts = {side: tiles_per_block(dims, rows.shapes[side]) for side in "qk"}  # [B, blocks]
+    else:  # runs of L tokens, (1, 1, L), in tiles of (1, 1, block): the same count, in one call per side
+        counts = {"q": -(-dims[:, :, 2] // tiling.block_q), "k": -(-dims[:, :, 2] // tiling.block_k)}
+    firsts = {side: np.cumsum(counts[side], axis=1) - counts[side] if count > 1 else np.zeros_like(counts[side])
+              for side in "qk"}
+    return BlockTable(seq=rows.seq, block=rows.block,
                       start=lo.reshape(-1), dims=dims.reshape(-1, 3), first_q=firsts["q"].reshape(-1),
                       count_q=counts["q"].reshape(-1), first_k=firsts["k"].reshape(-1), count_k=counts["k"].reshape(-1),
-                      q_shape=np.tile(shapes["q"], (batch, 1)), k_shape=np.tile(shapes["k"], (batch, 1)),
-                      rows_of_seq=np.arange(0, batch * count + 1, count, dtype=np.int64),
+                      q_shape=rows.q_shape, k_shape=rows.k_shape, rows_of_seq=rows.rows_of_seq,
                       size_q=tiling.block_q, size_k=tiling.block_k, runs_only=not tiling.has_grids)
+
+
+@dataclass(frozen=True)
+class _BlockRows:
+    """The columns of a block table that depend only on the tiling and the number of sequences."""
+
+    shapes: dict[str, np.ndarray]  # int64 [blocks, 3] per side
+    seq: np.ndarray
+    block: np.ndarray
+    q_shape: np.ndarray
+    k_shape: np.ndarray
+    rows_of_seq: np.ndarray
+
+
+@functools.lru_cache(maxsize=256)
+def _block_rows(tiling: Tiling, batch: int) -> _BlockRows:
+    """Made once per (tiling, batch size), read-only: a plan for new runtime values reuses them."""
+    count = len(tiling.blocks)
+    shapes = {side: np.array([blk.shape(side) for blk in tiling.blocks], dtype=np.int64) for side in "qk"}
+    rows = _BlockRows(shapes, np.repeat(np.arange(batch, dtype=np.int64), count),
+                      np.tile(np.arange(count, dtype=np.int64), batch),
+                      np.repeat(shapes["q"][None], batch, axis=0).reshape(-1, 3),
+                      np.repeat(shapes["k"][None], batch, axis=0).reshape(-1, 3),
+                      np.arange(0, batch * count + 1, count, dtype=np.int64))
+    for a in (*shapes.values(), rows.seq, rows.block, rows.q_shape, rows.k_shape, rows.rows_of_seq):
+        a.flags.writeable = False
+    return rows
 
 
 def block_of(bt: BlockTable, side: str, seq: np.ndarray, tiles: np.ndarray) -> np.ndarray:
