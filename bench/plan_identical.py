@@ -165,8 +165,8 @@ def run_case(compiled, config, sequences, extra) -> dict:
         out.update(_arrays(key_tables(key, tables.kinds.dtype), "key_tables"))
         if not extra:
             out["floor"] = visited_tiles_floor(compiled.program, layouts, values, config)
-    except Exception as exc:  # the same values must fail the same way
-        out["error"] = f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # the same values must fail the same way (wherever this script's examples lie)
+        out["error"] = f"{type(exc).__name__}: {exc}".replace(str(EXAMPLES), "<examples>")
     return out
 
 
