@@ -352,24 +352,32 @@ def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "m
                             f"{values.n} was given: its segments never mention n, so the length comes from the "
                             "parameters; change those instead (with the command line: --param NAME=VALUE rather than "
                             "--n)")
-    total = sum(counts)
     if all(not isinstance(x, np.ndarray) for x in parts):  # few entries: lists cost less than numpy's calls
         flat = [v for x in parts for v in ((x,) if isinstance(x, int) else x)]
         lengths = np.array(flat, dtype=np.int64)
         starts = np.array([0, *itertools.accumulate(flat[:-1])], dtype=np.int64) if flat else np.zeros(0, np.int64)
-        if counts.count(1) == len(counts):  # one entry per segment (families of one member included)
-            symbol, member = np.arange(total, dtype=np.int32), np.zeros(total, dtype=np.int32)
-        else:
-            symbol = np.array([s for s, c in enumerate(counts) for _ in range(c)], dtype=np.int32)
-            member = np.array([m for c in counts for m in range(c)], dtype=np.int32)
     else:
         lengths = np.concatenate([np.asarray([x] if isinstance(x, int) else x, dtype=np.int64) for x in parts])
         starts = np.cumsum(lengths) - lengths
+    symbol, member, first = _entry_tables(tuple(counts))
+    return ConcreteLayout(n=position, starts=starts, lengths=lengths, symbol=symbol, member=member, first=first,
+                          grid_dims=grid_dims, bounds=(*bounds, position))
+
+
+@functools.lru_cache(maxsize=256)
+def _entry_tables(counts: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """symbol, member and first of a layout whose segments have these numbers of entries: they depend on the
+    counts alone, which the sequences of a batch mostly share, so each is made once (read-only)."""
+    if sum(counts) <= 256:  # few entries: lists cost less than numpy's calls
+        symbol = np.array([s for s, c in enumerate(counts) for _ in range(c)], dtype=np.int32)
+        member = np.array([m for c in counts for m in range(c)], dtype=np.int32)
+    else:
         symbol = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
-        member = (np.arange(len(lengths)) - np.repeat(np.cumsum(counts) - counts, counts)).astype(np.int32)
-    return ConcreteLayout(n=position, starts=starts, lengths=lengths, symbol=symbol, member=member,
-                          first=np.array([0, *itertools.accumulate(counts)], dtype=np.int64), grid_dims=grid_dims,
-                          bounds=(*bounds, position))
+        member = (np.arange(sum(counts)) - np.repeat(np.cumsum(counts) - counts, counts)).astype(np.int32)
+    first = np.array([0, *itertools.accumulate(counts)], dtype=np.int64)
+    for a in (symbol, member, first):
+        a.flags.writeable = False
+    return symbol, member, first
 
 
 def entry_grid_dims(layout: ConcreteLayout) -> np.ndarray:

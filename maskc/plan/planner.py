@@ -184,7 +184,7 @@ class _Batch:
     @staticmethod
     def of(layouts: list[ConcreteLayout], values: list[SequenceValues], tiling: Tiling) -> "_Batch":
         def joined(name):
-            return np.concatenate([getattr(lay, name) for lay in layouts] + [np.zeros(0, np.int64)]).astype(np.int64)
+            return np.concatenate([getattr(lay, name) for lay in layouts] or [np.zeros(0, np.int64)], dtype=np.int64)
 
         bounds = segment_boundaries(layouts, tiling.blocks[-1].last + 1)
         base = bounds[:, -1].cumsum() - bounds[:, -1]
@@ -746,12 +746,16 @@ def _descriptor(config: TileConfig, bt: BlockTable, qtile_base: np.ndarray, gq: 
     # i begins), which makes one array where an arange less a repeat made three (5x faster on 100K tiles).
     order = (rank.take(gq) * (int(lo.max(initial=0)) + 1) + lo).argsort(kind="stable")
     lo, lengths, kinds = lo.take(order), lengths.take(order), kinds.take(order)
-    kind = kinds.repeat(lengths)
+    # k_tile and kind share one allocation: made as two fresh arrays (half a megabyte each for full at 32K),
+    # glibc handed their pages back to the OS at every other call and faulted them in again (0.25 of 0.7 ms).
+    tiles = np.empty(2 * visited, dtype=np.int32)
+    k_tile, kind = tiles[:visited], tiles[visited:].view(np.uint32)
+    kind[:] = kinds.repeat(lengths)
     stats.tiles_full = int(lengths @ (kinds == TileKind.FULL))
     stats.tiles_partial = visited - stats.tiles_full
     some = lengths > 0
     lo, lengths = lo.compress(some), lengths.compress(some)
-    k_tile = np.ones(visited, dtype=np.int32)
+    k_tile.fill(1)
     jump = lo.astype(np.int32)
     jump[1:] -= (lo[:-1] + lengths[:-1] - 1).astype(np.int32)
     k_tile[lengths.cumsum() - lengths] = jump
@@ -968,8 +972,8 @@ def kernel_tables(code, desc: Descriptor, layouts: list[ConcreteLayout], values:
                     # (validate_values refuses such values first; this names the expression all the same)
                     raise value_problem(sv.expr.span, f"sequence {b}: {sv.text} divides by zero for these "
                                         "parameter values") from None
-    def joined(name):
-        return np.concatenate([getattr(lay, name) for lay in layouts] + [np.zeros(0, np.int32)])
+    def joined(name, dtype=np.int32):
+        return np.concatenate([getattr(lay, name) for lay in layouts] or [np.zeros(0, dtype)], dtype=dtype)
 
     # The descriptor's arrays as they are where the types already agree (the tables are copied to the device).
     work = np.empty((len(desc.work_seq), 2), dtype=np.int32)
@@ -980,7 +984,7 @@ def kernel_tables(code, desc: Descriptor, layouts: list[ConcreteLayout], values:
         k_tiles=desc.k_tile.astype(np.int32, copy=False),
         kinds=desc.kind.astype({8: np.uint8, 16: np.uint16, 32: np.uint32}[code.kind_bits], copy=False),
         seq_table=seq_table,
-        seg_start=joined("starts").astype(np.int32),
+        seg_start=joined("starts"),
         seg_code=joined("symbol") | (joined("member") << 5),  # int32 (members < 2^24: no overflow)
         arrays=np.concatenate(array_parts) if array_parts else np.zeros(1, np.int32),
     )

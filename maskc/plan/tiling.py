@@ -277,10 +277,17 @@ def _per_block(bt: BlockTable, side: str, g: np.ndarray):
     return shape, dims, first, start, ny, nx
 
 
+def _frame_row_column(local, ny, nx):
+    """(t, y, x) of the tiles numbered `local` in a block of ny rows of nx tiles per frame. Without numpy's %:
+    on int64 it costs three floor divisions, and the planner's search takes these for many thousand boxes."""
+    row = local // nx
+    t = row // ny  # (local // nx) // ny == local // (ny * nx)
+    return t, row - t * ny, local - row * nx
+
+
 def _coordinates(bt: BlockTable, side: str, g: np.ndarray, tiles: np.ndarray):
     shape, dims, first, start, ny, nx = _per_block(bt, side, g)
-    local = tiles - first
-    return local // (ny * nx), (local // nx) % ny, local % nx, shape, dims
+    return *_frame_row_column(tiles - first, ny, nx), shape, dims
 
 
 def tile_tokens(bt: BlockTable, side: str, g: np.ndarray, tiles: np.ndarray) -> np.ndarray:
@@ -342,9 +349,7 @@ def extent(bt: BlockTable, side: str, g: np.ndarray, t0: np.ndarray, t1: np.ndar
         zero = np.zeros_like(lo)
         return dict(t=(zero, zero), y=(zero, zero), x=(lo, hi), product=True, token=(start + lo, start + hi))
     shape, dims, first, start, ny, nx = _per_block(bt, side, g)
-    a, b = t0 - first, t1 - first
-    a_t, a_y, a_x = a // (ny * nx), (a // nx) % ny, a % nx
-    b_t, b_y, b_x = b // (ny * nx), (b // nx) % ny, b % nx
+    (a_t, a_y, a_x), (b_t, b_y, b_x) = _frame_row_column(t0 - first, ny, nx), _frame_row_column(t1 - first, ny, nx)
     same_t = a_t == b_t
     same_y = same_t & (a_y == b_y)
     t_lo, t_hi = a_t * shape[0], np.minimum(b_t * shape[0] + shape[0], dims[0]) - 1
@@ -374,9 +379,7 @@ def split(bt: BlockTable, side: str, g: np.ndarray, t0: np.ndarray, t1: np.ndarr
         lo, hi = t0, t1
     else:
         shape, dims, first, start, ny, nx = _per_block(bt, side, g)
-        a, b = t0 - first, t1 - first
-        a_t, a_y = a // (ny * nx), (a // nx) % ny
-        b_t, b_y = b // (ny * nx), (b // nx) % ny
+        (a_t, a_y, _), (b_t, b_y, _) = _frame_row_column(t0 - first, ny, nx), _frame_row_column(t1 - first, ny, nx)
         # Cut in units of frames, rows of tiles or tiles: (first unit, last unit, tiles per unit).
         by_frame, by_row = a_t != b_t, (a_t == b_t) & (a_y != b_y)
         unit = np.where(by_frame, ny * nx, np.where(by_row, nx, 1))
