@@ -12,13 +12,13 @@ __version__ = "0.1.0"
 
 from maskc.diagnostics import MaskError  # noqa: E402
 
-__all__ = ["Attention", "MaskError", "load", "loads", "__version__"]
+__all__ = ["Attention", "MaskError", "Plan", "load", "loads", "__version__"]
 
 
 def __getattr__(name: str):
-    """`Attention`, `load` and `loads` come from `maskc.runtime`, imported on first use: importing one
+    """`Attention`, `Plan`, `load` and `loads` come from `maskc.runtime`, imported on first use: importing one
     stage (`maskc.codegen`, say) loads that stage's imports only, not the planner and the runtime."""
-    if name in ("Attention", "load", "loads"):
+    if name in ("Attention", "Plan", "load", "loads"):
         from maskc import runtime
 
         return getattr(runtime, name)
@@ -26,4 +26,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | {"Attention", "load", "loads"})
+    return sorted(set(globals()) | {"Attention", "Plan", "load", "loads"})

@@ -5,6 +5,7 @@ only strings them together in pipeline order.
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -146,12 +147,37 @@ class CompiledMask:
         values, layouts = self.bind(sequences)
         return plan(self.program, layouts, values, self.tiles), layouts, values
 
+    @cached_property
+    def fingerprint(self) -> str:
+        """What a plan of this mask depends on besides the runtime values: the program after the passes, its const
+        values, the tile shapes and the tables' layout, all of which the generated source spells out."""
+        return hashlib.sha256(self.source.encode()).hexdigest()[:32]
+
+    @staticmethod
+    def plan_key(sequences: list[dict[str, object]], token_offsets: np.ndarray | None = None) -> tuple:
+        """The runtime values a plan is made for, as the plan cache keys them."""
+        offsets = np.zeros(len(sequences), dtype=np.int64) if token_offsets is None else np.asarray(token_offsets, np.int64)
+        return tuple(frozen_values(s) for s in sequences), offsets.tobytes()
+
+    def adopt(self, key: tuple, tables: tuple[Descriptor, KernelTables, list[ConcreteLayout]],
+              by_key_tables: KeyTables | None = None) -> None:
+        """Cache a plan made elsewhere (`maskc.runtime.Plan`: in another process, say) for the runtime values
+        `key` (plan_key), with its backward tables if it has them, as if `tables` had made it here."""
+        self._plans[key] = tables
+        self._plans.move_to_end(key)
+        if len(self._plans) > PLAN_CACHE_SIZE:
+            self._plans.popitem(last=False)
+        if by_key_tables is not None:
+            if len(self._key_tables) > PLAN_CACHE_SIZE:
+                self._key_tables.clear()
+            self._key_tables[id(tables[0])] = (tables[0], by_key_tables)
+
     def tables(self, sequences: list[dict[str, object]], token_offsets: np.ndarray | None = None
                ) -> tuple[Descriptor, KernelTables, list[ConcreteLayout]]:
         """Descriptor and kernel tables for these runtime values; cached by the values as given, so that a
         repeated call costs a lookup, not a layout of every sequence (changing a value never recompiles)."""
         offsets = np.zeros(len(sequences), dtype=np.int64) if token_offsets is None else np.asarray(token_offsets, np.int64)
-        key = (tuple(frozen_values(s) for s in sequences), offsets.tobytes())
+        key = self.plan_key(sequences, offsets)
         hit = self._plans.get(key)
         if hit is not None:
             self._plans.move_to_end(key)

@@ -4,7 +4,9 @@ The launch itself is tested on the GPU machine (tests/gpu)."""
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -284,3 +286,66 @@ def test_grids_that_differ_between_sequences_copy_row_by_row(monkeypatch):
     k = _tensor("k", (256, 2, 128), _contiguous((256, 2, 128)))
     got = rt._grid_boxes(attn.compiled, True, tables.seq_table, {"tm_k": b"k" * 128}, {"k": (k, "k", 128)})
     assert got == {"tm_k_box": b"k" * 128, "grid_boxes": 0, "box_seq_tokens": 0}
+
+
+# -- plans made ahead of the call (Attention.plan) -----------------------------------------------------
+
+
+def test_a_plan_made_ahead_pickles_and_is_what_the_call_would_plan(attn):
+    """A plan made in another process (pickled) and adopted by a fresh callable of the same mask serves the
+    call's runtime values: the call finds it cached and plans nothing."""
+    plan = attn.plan(cu_seqlens=[0, 40, 64], responses=[4, 4], bonus=[0, 2])
+    assert isinstance(plan, maskc.Plan) and plan.key_tables is not None
+    fresh = maskc.loads(SHARED_PROMPT, head_dim=64, dtype="fp16", arch="sm_80")
+    sequences = fresh.sequences([40, 24], {"responses": [4, 4], "bonus": [0, 2]})
+    offsets = np.array([0, 40])
+    fresh._adopt(pickle.loads(pickle.dumps(plan)), SimpleNamespace(sequences=sequences, offsets=offsets))
+    desc, tables, _ = fresh.compiled.tables(sequences, offsets)
+    expected = maskc.loads(SHARED_PROMPT, head_dim=64, dtype="fp16", arch="sm_80").compiled.tables(sequences, offsets)
+    for got, want in zip(tables.arrays_in_order(), expected[1].arrays_in_order()):
+        assert np.array_equal(got, want) and got.dtype == want.dtype
+    assert np.array_equal(desc.k_tile, expected[0].k_tile) and np.array_equal(desc.row_ptr, expected[0].row_ptr)
+    assert fresh.compiled.key_tables(desc, tables) is not None and len(fresh.compiled._plans) == 1
+
+
+def test_a_plan_of_a_padded_batch_is_the_calls_plan():
+    attn = maskc.loads(SHARED_PROMPT, arch="sm_90a")
+    plan = attn.plan(batch=3, n=64)
+    sequences = attn.sequences([64] * 3, {})
+    assert plan.values == attn.compiled.plan_key(sequences, np.zeros(3, np.int64))
+    assert plan.tables is attn.compiled.tables(sequences)  # made by the same cache the call uses
+
+
+def test_a_plan_for_other_values_or_another_mask_is_refused(attn):
+    plan = attn.plan(cu_seqlens=[0, 40, 64], responses=[4, 4])
+    other_values = SimpleNamespace(sequences=attn.sequences([40, 24], {"responses": [4, 5]}), offsets=np.array([0, 40]))
+    with pytest.raises(ValueError, match="other runtime values"):
+        attn._adopt(plan, other_values)
+    other_offsets = SimpleNamespace(sequences=attn.sequences([40, 24], {"responses": [4, 4]}), offsets=np.array([0, 48]))
+    with pytest.raises(ValueError, match="other runtime values"):
+        attn._adopt(plan, other_offsets)
+    other_mask = maskc.loads(SHARED_PROMPT, head_dim=64, dtype="fp16", arch="sm_80", w=5)
+    same_values = SimpleNamespace(sequences=other_mask.sequences([40, 24], {"responses": [4, 4]}), offsets=np.array([0, 40]))
+    with pytest.raises(ValueError, match="another mask"):
+        other_mask._adopt(plan, same_values)
+    with pytest.raises(ValueError, match="what Attention.plan returns"):
+        attn._adopt({"values": plan.values}, same_values)
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({}, "cu_seqlens .* or batch and n"),
+    ({"cu_seqlens": [0, 64], "batch": 1}, "cu_seqlens .* or batch and n"),
+    ({"batch": 2}, "cu_seqlens .* or batch and n"),
+    ({"cu_seqlens": [0, 64, 32]}, "never decrease"),
+    ({"cu_seqlens": [1, 64]}, "start at 0"),
+    ({"batch": 2, "n": -1}, "non-negative integers"),
+    ({"batch": True, "n": 64}, "non-negative integers"),
+])
+def test_plan_takes_cu_seqlens_or_a_padded_shape(attn, kw, message):
+    with pytest.raises(ValueError, match=message):
+        attn.plan(**kw)
+
+
+def test_plan_checks_runtime_values_as_the_call_does(attn):
+    with pytest.raises(ValueError, match="unknown runtime parameter 'nope'"):
+        attn.plan(cu_seqlens=[0, 64], nope=1)

@@ -19,7 +19,7 @@ import numpy as np
 from maskc.compiler import CompiledMask, frozen_values
 from maskc.diagnostics import Span, ValueProblem, value_problem
 from maskc.kernels import abi
-from maskc.plan.by_key import long_items
+from maskc.plan.by_key import KeyTables, long_items
 from maskc.runtime.launch import PreparedLaunch, cupy_stream, current_stream_handle
 from maskc.runtime.tensor_maps import grid_box_map, tensor_map
 
@@ -40,6 +40,20 @@ class _Tensor:
     ptr: int
     requires_grad: bool
     obj: object
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """The plan of one call's runtime values, made ahead of the call by `Attention.plan`: in a DataLoader's
+    workers, say, so that a training step whose lengths are new does not wait for the host planner. It holds
+    numpy arrays only, so it pickles. Give it back to the call with the same runtime values:
+    `attn(q, k, v, cu_seqlens=cu, plan=plan, **params)`; a plan made for other values or another mask is
+    refused with a ValueError."""
+
+    mask: str  # CompiledMask.fingerprint of the mask it was made for
+    values: tuple  # the runtime values it was made for (CompiledMask.plan_key)
+    tables: tuple  # (Descriptor, KernelTables, layouts), as CompiledMask.tables makes them
+    key_tables: KeyTables | None  # the backward pass's tables by key tile; None without a backward pass
 
 
 def _describe(x, name: str) -> _Tensor:
@@ -136,8 +150,51 @@ class Attention:
                 seq[name] = value[b] if per_sequence else value
         return out
 
+    def plan(self, *, cu_seqlens=None, batch: int | None = None, n: int | None = None, **params) -> Plan:
+        """The plan of a call's runtime values, made ahead of the call (see `Plan`): for a packed batch its
+        `cu_seqlens`, for a padded one `batch` sequences of `n` tokens; and the call's runtime parameters. Needs
+        no GPU and no tensors."""
+        padded = batch is not None or n is not None
+        if (cu_seqlens is None) != padded or (padded and (batch is None or n is None)):
+            raise ValueError("plan() takes cu_seqlens (a packed batch) or batch and n (a padded one)")
+        if cu_seqlens is not None:
+            cu = _host_ints(cu_seqlens, "cu_seqlens")
+            if len(cu) < 1 or cu[0] != 0 or np.any(np.diff(cu) < 0):
+                raise ValueError(f"cu_seqlens must start at 0 and never decrease, got {cu.tolist()}")
+            lengths, offsets = np.diff(cu).tolist(), cu[:-1]
+        else:
+            if isinstance(batch, bool) or isinstance(n, bool) or not isinstance(batch, (int, np.integer)) or \
+                    not isinstance(n, (int, np.integer)) or batch < 0 or n < 0:
+                raise ValueError(f"batch and n must be non-negative integers, got {batch!r} and {n!r}")
+            lengths, offsets = [int(n)] * int(batch), np.zeros(int(batch), dtype=np.int64)
+        sequences = self.sequences(lengths, params)
+        compiled = self.compiled
+        tables = compiled.tables(sequences, offsets)
+        by_key = compiled.key_tables(*tables[:2]) if compiled.options.backward is not None else None
+        return Plan(compiled.fingerprint, compiled.plan_key(sequences, offsets), tables, by_key)
+
+    def _adopt(self, plan, x: _Inputs) -> None:
+        """Cache a plan made ahead (`plan=`) for this call, once it is known to be this mask's and made for this
+        call's runtime values."""
+        if not isinstance(plan, Plan):
+            raise ValueError(f"plan must be what Attention.plan returns, got {type(plan).__name__}")
+        if plan.mask != self.compiled.fingerprint:
+            raise ValueError("plan was made for another mask, or other const values or kernel options")
+        if plan.values != self.compiled.plan_key(x.sequences, x.offsets):
+            raise ValueError("plan was made for other runtime values than this call's (cu_seqlens, the batch's shape "
+                             "or a runtime parameter differs)")
+        self.compiled.adopt(plan.values, plan.tables, plan.key_tables)
+
     def __call__(self, q, k, v, *, cu_seqlens=None, scale: float | None = None, return_lse: bool = False,
-                 out=None, lse=None, **params):
+                 out=None, lse=None, plan: Plan | None = None, **params):
+        if plan is not None:
+            if type(q).__module__.startswith("torch"):
+                import torch
+
+                if torch.compiler.is_compiling():
+                    raise ValueError("plan= cannot be given under torch.compile (a compiled graph would not see "
+                                     "a new plan); give runtime values as tensors instead")
+            self._adopt(plan, self._inputs(q, k, v, cu_seqlens, scale, params))
         if _through_torch_op(q, k, v):
             from maskc.runtime import autograd
 
@@ -150,10 +207,12 @@ class Attention:
                             **params)
 
     def forward(self, q, k, v, *, cu_seqlens=None, scale: float | None = None, out=None, lse=None,
-                return_lse: bool = True, **params):
+                return_lse: bool = True, plan: Plan | None = None, **params):
         """The call without autograd: `(out, lse)` (or out alone with `return_lse=False`), whatever requires
         grad. With `backward`, the forward/backward pair CuPy users call by hand."""
         params = plain_values(params)
+        if plan is not None:
+            self._adopt(plan, self._inputs(q, k, v, cu_seqlens, scale, params))
         key = _call_key(q, k, v, cu_seqlens, scale, out, lse, params)
         prepared = self._launches.get(key) if key is not None else None
         if prepared is not None:
@@ -225,7 +284,8 @@ class Attention:
             launch.launch(tq.obj, to.obj, tl.obj)
         return _Result(launch, to.obj, tl.obj)
 
-    def backward(self, q, k, v, out, lse, d_out, *, cu_seqlens=None, scale: float | None = None, **params):
+    def backward(self, q, k, v, out, lse, d_out, *, cu_seqlens=None, scale: float | None = None,
+                 plan: Plan | None = None, **params):
         """The gradients of a call: given q, k, v and the keywords of `attn(q, k, v, return_lse=True, ...)`, its
         outputs `out` and `lse`, and `d_out`, the gradient of the loss with respect to `out`, returns
         `(dq, dk, dv)` shaped like q, k and v (dk and dv summed over the query heads that share a key head).
@@ -239,6 +299,8 @@ class Attention:
         if bwd is None:
             compiled.backward_cubin  # raises: no backward kernels for these options
         x = self._inputs(q, k, v, cu_seqlens, scale, params)
+        if plan is not None:
+            self._adopt(plan, x)
         tq, tk, tv = x.q, x.k, x.v
         if tq.library == "torch" and not bwd.deterministic:
             _honour_torch_determinism(bwd.name)
