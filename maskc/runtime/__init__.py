@@ -163,8 +163,7 @@ class Attention:
                 raise ValueError(f"cu_seqlens must start at 0 and never decrease, got {cu.tolist()}")
             lengths, offsets = np.diff(cu).tolist(), cu[:-1]
         else:
-            if isinstance(batch, bool) or isinstance(n, bool) or not isinstance(batch, (int, np.integer)) or \
-                    not isinstance(n, (int, np.integer)) or batch < 0 or n < 0:
+            if not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 0 for x in (batch, n)):
                 raise ValueError(f"batch and n must be non-negative integers, got {batch!r} and {n!r}")
             lengths, offsets = [int(n)] * int(batch), np.zeros(int(batch), dtype=np.int64)
         sequences = self.sequences(lengths, params)
@@ -638,7 +637,6 @@ def _stream(t: _Tensor):
     return cupy_stream(current_stream_handle(t.obj), t.device)
 
 
-@lru_cache(maxsize=None)
 @lru_cache(maxsize=None)
 def _multiprocessors(device: int) -> int:
     import cupy
