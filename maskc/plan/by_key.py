@@ -82,7 +82,6 @@ class KeyTables:
         return (self.key_work, self.col_ptr, self.q_tiles, self.q_kinds, self.q_items)
 
 
-
 def key_tables(key_desc: KeyDescriptor, kind_dtype: np.dtype) -> KeyTables:
     return KeyTables(
         key_work=np.stack([key_desc.work_seq, key_desc.work_ktile], axis=1).astype(np.int32).reshape(-1, 2),
@@ -96,7 +95,8 @@ def key_tables(key_desc: KeyDescriptor, kind_dtype: np.dtype) -> KeyTables:
 def long_items(item_ptr: np.ndarray, multiprocessors: int) -> int:
     """How many of the first work items of a CSR (`row_ptr`, `col_ptr`) the Hopper backward kernels take in a pass
     of their own, before the others (`item_head_at`): the leading items with more tiles than LONG_ITEM_SHARES
-    times one head's whole work spread over the GPU. The descriptors list the longest items first."""
+    times one head's whole work spread over the GPU. The descriptors list a longest item first (the forward's go
+    longest first inside groups that share keys, so only their leading run counts)."""
     per_item = np.diff(item_ptr.astype(np.int64))
     short = per_item * multiprocessors <= LONG_ITEM_SHARES * per_item.sum()
     return int(np.argmax(short)) if short.any() else len(per_item)
