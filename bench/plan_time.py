@@ -1,7 +1,8 @@
 """Host descriptor build time for the ANCHORS.md workloads at N = 32768: median of 20 builds, each planned
-from scratch (no cache), descriptor and kernel tables included.
+from scratch (no cache), descriptor and kernel tables included. With --ahead, also what a call given a plan made
+ahead pays instead (`Attention.plan` in a worker, `attn(..., plan=plan)`): the checks that adopt a pickled plan.
 
-    python bench/plan_time.py [--json out.json]
+    python bench/plan_time.py [--ahead] [--json out.json] [WORKLOAD ...]
 """
 
 from __future__ import annotations
@@ -47,9 +48,37 @@ def time_one(name: str, repeats: int = 20) -> dict:
             "tiles_conservative": s.tiles_conservative, "descriptor_bytes": desc.nbytes}
 
 
+def time_adoption(name: str, repeats: int = 20) -> float:
+    """Median ms of adopting a pickled plan of the workload's default runtime values (as a call given `plan=`
+    does once its inputs are checked): the plan key of the call's values compared with the plan's, and a
+    cache insertion."""
+    import pickle
+    from types import SimpleNamespace
+
+    import maskc
+
+    attn = maskc.load(EXAMPLES / f"{name}.mask", arch="sm_90a")
+    sequences = default_sequences(attn.compiled)
+    lengths = [lay.n for lay in attn.compiled.bind(sequences)[1]]
+    cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    offsets = cu[:-1]
+    names = sorted({k for s in sequences for k in s} - {"n"})
+    params = {k: [s[k] for s in sequences] for k in names}  # one value per sequence
+    plan = pickle.loads(pickle.dumps(attn.plan(cu_seqlens=cu, **params)))
+    call = SimpleNamespace(sequences=attn.sequences(lengths, params), offsets=offsets)
+    times = []
+    for _ in range(repeats):
+        attn.compiled._plans.clear()
+        start = time.perf_counter()
+        attn._adopt(plan, call)
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
+    parser.add_argument("--ahead", action="store_true", help="also time adopting a plan made ahead")
     parser.add_argument("workloads", nargs="*", default=ANCHORS)
     args = parser.parse_args()
     rows = [time_one(w) for w in args.workloads]
@@ -58,6 +87,11 @@ def main():
     for r in rows:
         print(f"{r['workload']:16s} {r['median_ms']:10.2f} {r['tiles_full']:7d} {r['tiles_partial']:8d} "
               f"{r['tiles_refined']:8d} {r['tiles_conservative']:8d}")
+    if args.ahead:
+        print(f"{'workload':16s} {'plan made ahead, adopted by the call (ms)':>42s}")
+        for r in rows:
+            r["adopt_ms"] = time_adoption(r["workload"])
+            print(f"{r['workload']:16s} {r['adopt_ms']:42.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 
