@@ -27,7 +27,7 @@ from maskc import ir
 from maskc.diagnostics import value_problem
 from maskc.ir.evaluate import Env, evaluate
 from maskc.kernels.abi import TileKind
-from maskc.plan.arrays import distinct, expand
+from maskc.plan.arrays import distinct, expand, stable_order
 from maskc.plan.exact import pair_env, regions_visible, visible
 from maskc.plan.intervals import ArrayTable, IntervalEvaluator, IntRange
 from maskc.plan.layout import (
@@ -706,7 +706,7 @@ def _visiting_order(seq: np.ndarray, gq: np.ndarray, lo: np.ndarray, hi: np.ndar
     offset = seq * (none + 1)
     first += offset
     last += offset
-    by_keys = first.argsort(kind="stable")
+    by_keys = stable_order(first, (int(seq[-1]) + 1) * (none + 1) if total_q else 0)  # (seq ascends)
     reach = np.maximum.accumulate(last.take(by_keys))
     key_first = first.take(by_keys)
     starts = np.empty(total_q, dtype=bool)
@@ -722,7 +722,7 @@ def _visiting_order(seq: np.ndarray, gq: np.ndarray, lo: np.ndarray, hi: np.ndar
     rank = np.empty(len(longest), dtype=np.int64)
     rank[(-longest).argsort(kind="stable")] = np.arange(len(longest))
     most = int(counts.max(initial=0))
-    return (rank.take(group) * (most + 1) + (most - counts)).argsort(kind="stable")
+    return stable_order(rank.take(group) * (most + 1) + (most - counts), len(longest) * (most + 1))
 
 
 def _descriptor(config: TileConfig, bt: BlockTable, qtile_base: np.ndarray, gq: np.ndarray, lo: np.ndarray,
@@ -744,7 +744,8 @@ def _descriptor(config: TileConfig, bt: BlockTable, qtile_base: np.ndarray, gq: 
     # Ranges by (rank of their q tile, first k tile), one sort of one key; then written out tile by tile: the
     # kinds by a repeat, the k tiles by one running sum of steps (1 inside a range, a jump to lo[i] where range
     # i begins), which makes one array where an arange less a repeat made three (5x faster on 100K tiles).
-    order = (rank.take(gq) * (int(lo.max(initial=0)) + 1) + lo).argsort(kind="stable")
+    stride = int(lo.max(initial=0)) + 1
+    order = stable_order(rank.take(gq) * stride + lo, total_q * stride)
     lo, lengths, kinds = lo.take(order), lengths.take(order), kinds.take(order)
     # k_tile and kind share one allocation: made as two fresh arrays (half a megabyte each for full at 32K),
     # glibc handed their pages back to the OS at every other call and faulted them in again (0.25 of 0.7 ms).

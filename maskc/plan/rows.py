@@ -40,7 +40,7 @@ import numpy as np
 from maskc import ir
 from maskc.ir.evaluate import Env, evaluate
 from maskc.kernels.abi import TileKind
-from maskc.plan.arrays import expand
+from maskc.plan.arrays import expand, stable_order
 
 MAX_REGIONS = 8  # pairs of regions are compared piece by piece; more regions go to the general search
 # Bounds are clamped to +-2^40 (positions are below 2^31): a term past that acts exactly like the clamp on keys
@@ -270,13 +270,14 @@ def _pieces(batch, ns: np.ndarray, bq: int) -> _Pieces:
     return _Pieces(gq=gq, seg=seg, seq=seq, a=cuts - base, b=b - base, per_tile=np.bincount(gq, minlength=tiles))
 
 
-def _sweep(key: np.ndarray, first: np.ndarray, last: np.ndarray, values: np.ndarray):
-    """Ranges first..last (inclusive) of k tiles, each of one key (a q tile), with values [m, E]: the
+def _sweep(key: np.ndarray, first: np.ndarray, last: np.ndarray, values: np.ndarray, keys: int):
+    """Ranges first..last (inclusive) of k tiles, each of one key (a q tile, below `keys`), with values [m, E]: the
     elementary segments [start, end) between consecutive range end points of a key, and the sums of the
     values of the ranges covering each ([m, S]). Returns (key, start, end, sums)."""
     key = np.concatenate((key, key))
     pos = np.concatenate((first, last + 1))
-    order = (key * (int(pos.max(initial=0)) + 1) + pos).argsort(kind="stable")
+    stride = int(pos.max(initial=0)) + 1
+    order = stable_order(key * stride + pos, keys * stride)
     key, pos = key.take(order), pos.take(order)
     sums = np.concatenate((values, -values), axis=1).take(order, axis=1).cumsum(axis=1)
     # Ranges open and close inside their key, so the running sums start every key at zero. Keep the sums
@@ -381,7 +382,8 @@ def _swept(seg, p: _Pieces, chosen, overlap, m: _Met, forms: RowForms, bq, bk):
             np.concatenate((last, tile))
         row = np.concatenate((row, np.full(len(piece), regions)))
         weight = np.concatenate((weight, delta))
-    q, start, end, sums = _sweep(key, first, last, (np.arange(regions + 1)[:, None] == row) * weight)
+    q, start, end, sums = _sweep(key, first, last, (np.arange(regions + 1)[:, None] == row) * weight,
+                                 len(p.per_tile))
     kind = forms.bits @ (sums[:regions] > 0)  # the bits of the regions meeting the tile: a sum of distinct bits
     visited = kind != 0
     kind = np.where(sums[regions] == p.per_tile.take(q), TileKind.FULL, kind).astype(np.uint32)
