@@ -1,12 +1,13 @@
-"""Checks that the host planner of this tree gives byte-identical output to another tree's (by default the commit
-the planner work started from): for every example, its default sequences and random ragged batches at small and
+"""Checks that the host planner of this tree gives byte-identical output to another commit's (by default HEAD, so
+that uncommitted planner work is checked against the last commit) or another tree's: for every example, its default sequences and random ragged batches at small and
 large sizes, for the tile shapes of the kernel families and of the tests, the descriptor (arrays, block table,
 stats), the kernel tables, the key descriptor and its tables, and the errors raised for bad values.
 
-    python bench/plan_identical.py [--base DIR] [--seed S] [--random R]
+    python bench/plan_identical.py [--base REV | --base DIR] [--seed S] [--random R]
 
 Each tree's output is computed in a subprocess with that tree on PYTHONPATH (`dump` mode) and pickled under /tmp;
-the base's is kept there and reused while the base tree's HEAD is unchanged. A refactoring of the planner
+the base's is kept there and reused while the base is the same commit. A revision is checked out in a temporary
+git worktree, removed afterwards. A refactoring of the planner
 should leave this quiet: any difference is printed (case, field) and the exit status is 1.
 """
 
@@ -17,6 +18,7 @@ import os
 import pickle
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import fields
 from pathlib import Path
@@ -206,7 +208,7 @@ def _dump_with(tree: Path, out: Path, seed: int, randoms: int) -> None:
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--base", default="/tmp/wt-plan-base", help="the tree to compare with")
+    parser.add_argument("--base", default="HEAD", help="the commit (or a directory holding a tree) to compare with")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--random", type=int, default=8, help="random batches per example")
     parser.add_argument("--dump", help=argparse.SUPPRESS)
@@ -214,18 +216,37 @@ def main():
     if args.dump:
         dump(args.dump, args.seed, args.random)
         return
-    base = Path(args.base).resolve()
+    if Path(args.base).is_dir():
+        compare(Path(args.base).resolve(), args)
+        return
+    revision = subprocess.run(["git", "-C", str(HERE), "rev-parse", "--verify", args.base], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    with tempfile.TemporaryDirectory() as scratch:
+        tree = Path(scratch) / "base"
+        subprocess.run(["git", "-C", str(HERE), "worktree", "add", "--detach", "--quiet", str(tree), revision], check=True)
+        try:
+            compare(tree, args)
+        finally:
+            subprocess.run(["git", "-C", str(HERE), "worktree", "remove", "--force", str(tree)], check=True)
+
+
+def compare(base: Path, args) -> None:
+    """Both trees' output, compared; exits with 1 on any difference."""
     head = subprocess.run(["git", "-C", str(base), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     base_out = Path(f"/tmp/plan_identical_base_{head[:12]}_{args.seed}_{args.random}.pkl")
     start = time.perf_counter()
-    if not base_out.exists():
+    fresh = not base_out.exists()
+    if fresh:
         _dump_with(base, base_out, args.seed, args.random)
     new_out = Path(f"/tmp/plan_identical_new_{os.getpid()}.pkl")
     _dump_with(HERE, new_out, args.seed, args.random)
     old, new = (pickle.loads(p.read_bytes()) for p in (base_out, new_out))
     new_out.unlink()
-    assert Path(old.pop("maskc")).resolve().is_relative_to(base), "the base dump did not use the base tree"
-    assert Path(new.pop("maskc")).resolve().is_relative_to(HERE), "the new dump did not use this tree"
+    # Each dump names the maskc it imported: the tree asked for, not an installed copy. (A cached base was
+    # checked when it was made, perhaps from a worktree since removed.)
+    assert not fresh or Path(old["maskc"]).resolve().is_relative_to(base), "the base dump did not use the base tree"
+    assert Path(new["maskc"]).resolve().is_relative_to(HERE), "the new dump did not use this tree"
+    del old["maskc"], new["maskc"]
     problems = []
     if old.keys() != new.keys():
         problems.append(f"different cases: {sorted(old.keys() ^ new.keys())[:5]}")
