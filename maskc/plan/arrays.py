@@ -9,7 +9,15 @@ import numpy as np
 def distinct(x: np.ndarray) -> np.ndarray:
     """The sorted distinct values of x."""
     x = np.sort(np.asarray(x).reshape(-1))
-    return x[np.concatenate([[True], x[1:] != x[:-1]])] if len(x) else x
+    first = np.empty(len(x), dtype=bool)  # the first of each run of equal values
+    first[:1] = True
+    np.not_equal(x[1:], x[:-1], out=first[1:])
+    return x.compress(first)
+
+
+def concatenated(layouts: list, name: str, dtype) -> np.ndarray:
+    """One field of every layout of a batch, end to end, as `dtype` (empty for no layouts)."""
+    return np.concatenate([getattr(lay, name) for lay in layouts] or [np.zeros(0, dtype)], dtype=dtype)
 
 
 def expand(count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

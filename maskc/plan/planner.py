@@ -27,7 +27,7 @@ from maskc import ir
 from maskc.diagnostics import value_problem
 from maskc.ir.evaluate import Env, evaluate
 from maskc.kernels.abi import TileKind
-from maskc.plan.arrays import distinct, expand, stable_order
+from maskc.plan.arrays import concatenated, distinct, expand, stable_order
 from maskc.plan.exact import pair_env, regions_visible, visible
 from maskc.plan.intervals import ArrayTable, IntervalEvaluator, IntRange
 from maskc.plan.layout import (
@@ -184,7 +184,7 @@ class _Batch:
     @staticmethod
     def of(layouts: list[ConcreteLayout], values: list[SequenceValues], tiling: Tiling) -> "_Batch":
         def joined(name):
-            return np.concatenate([getattr(lay, name) for lay in layouts] or [np.zeros(0, np.int64)], dtype=np.int64)
+            return concatenated(layouts, name, np.int64)
 
         bounds = segment_boundaries(layouts, tiling.blocks[-1].last + 1)
         base = bounds[:, -1].cumsum() - bounds[:, -1]
@@ -973,8 +973,8 @@ def kernel_tables(code, desc: Descriptor, layouts: list[ConcreteLayout], values:
                     # (validate_values refuses such values first; this names the expression all the same)
                     raise value_problem(sv.expr.span, f"sequence {b}: {sv.text} divides by zero for these "
                                         "parameter values") from None
-    def joined(name, dtype=np.int32):
-        return np.concatenate([getattr(lay, name) for lay in layouts] or [np.zeros(0, dtype)], dtype=dtype)
+    def joined(name):
+        return concatenated(layouts, name, np.int32)
 
     # The descriptor's arrays as they are where the types already agree (the tables are copied to the device).
     work = np.empty((len(desc.work_seq), 2), dtype=np.int32)

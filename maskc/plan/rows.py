@@ -40,7 +40,7 @@ import numpy as np
 from maskc import ir
 from maskc.ir.evaluate import Env, evaluate
 from maskc.kernels.abi import TileKind
-from maskc.plan.arrays import expand, stable_order
+from maskc.plan.arrays import distinct, expand, stable_order
 
 MAX_REGIONS = 8  # pairs of regions are compared piece by piece; more regions go to the general search
 # Bounds are clamped to +-2^40 (positions are below 2^31): a term past that acts exactly like the clamp on keys
@@ -253,12 +253,7 @@ def _pieces(batch, ns: np.ndarray, bq: int) -> _Pieces:
     tile_start = (batch.base - first_tile * bq).repeat(counts) + np.arange(tiles) * bq  # global, ascending
     nonempty = (batch.lengths > 0).nonzero()[0]
     seg_start = batch.starts.take(nonempty)
-    cuts = np.concatenate((tile_start, seg_start))
-    cuts.sort()
-    distinct = np.empty(len(cuts), dtype=bool)
-    distinct[:1] = True
-    np.not_equal(cuts[1:], cuts[:-1], out=distinct[1:])
-    cuts = cuts.compress(distinct)
+    cuts = distinct(np.concatenate((tile_start, seg_start)))
     # Each cut lies in the last segment begun at or before it, and so in that segment's sequence and tile.
     seg = nonempty.take(seg_start.searchsorted(cuts, side="right") - 1)
     seq = batch.segment_seq.take(seg)
@@ -401,8 +396,7 @@ def _union_fixes(seg, p: _Pieces, chosen, m: _Met, bq, bk):
     piece, tile = i.take(w), pair_lo.take(w) + off
     if (shared.sum(axis=0) > 1).any():  # a piece where several pairs overlap: each tile once
         stride = int(tile.max()) + 1
-        key = np.sort(piece * stride + tile)
-        key = key[np.concatenate([[True], key[1:] != key[:-1]])]
+        key = distinct(piece * stride + tile)
         piece, tile = key // stride, key % stride
     alone = ((m.f0.take(piece, axis=1) <= tile) & (tile <= m.f1.take(piece, axis=1))).sum(axis=0)
     return piece, tile, _covered_by_union(seg, p, piece, tile, bq, bk).astype(np.int64) - alone
