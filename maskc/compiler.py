@@ -28,6 +28,7 @@ from maskc.plan.layout import (
     concrete_layout,
     validate_values,
 )
+from maskc.plan.layout_batch import bind_batch
 from maskc.plan.by_key import KeyTables, by_key, key_tables
 from maskc.plan.planner import Descriptor, KernelTables, TileConfig, kernel_tables, plan
 from maskc.plan.tiling import Tiling, tiling_for
@@ -133,7 +134,10 @@ class CompiledMask:
     # -- planning -----------------------------------------------------------------------------------
 
     def bind(self, sequences: list[dict[str, object]]) -> tuple[list[SequenceValues], list[ConcreteLayout]]:
-        values, layouts = [], []
+        at_once = bind_batch(self.program, sequences)
+        if at_once is not None:
+            return at_once
+        values, layouts = [], []  # one by one: any other layout, and every problem reported where it is
         for b, given in enumerate(sequences):
             where = f"sequence {b}" if len(sequences) > 1 else self.program.name
             v = bind_sequence(self.program, given, where)
@@ -207,8 +211,11 @@ class CompiledMask:
 
 def frozen_values(value) -> object:
     """A hashable form of runtime values that keeps types apart (True is not 1, 1 is not 1.0)."""
+    kind = type(value)
+    if kind is int or kind is bool:  # most leaves (a packed batch keys a length per sequence): the quick way
+        return (kind.__name__, value)
     if isinstance(value, dict):
-        return tuple(sorted((k, frozen_values(v)) for k, v in value.items()))
+        return tuple(sorted([(k, frozen_values(v)) for k, v in value.items()]))
     if isinstance(value, np.ndarray):
         return ("ndarray", value.dtype.str, value.shape, value.tobytes())
     if isinstance(value, (list, tuple)):
