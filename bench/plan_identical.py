@@ -172,10 +172,14 @@ def run_case(compiled, config, sequences, extra) -> dict:
     return out
 
 
-def dump(path: str, seed: int, randoms: int) -> None:
+def dump(path: str, seed: int, randoms: int, bind_at_once: int | None = None) -> None:
     global OPTIONS
     import maskc
     from maskc.compiler import compile_file
+
+    if bind_at_once is not None:  # every batch of this many sequences bound at once (plan/layout_batch.py)
+        import maskc.compiler
+        maskc.compiler.BIND_AT_ONCE = bind_at_once
 
     OPTIONS = _options()
     compiled_cache: dict = {}
@@ -200,9 +204,10 @@ def _same(a, b) -> bool:
     return a == b
 
 
-def _dump_with(tree: Path, out: Path, seed: int, randoms: int) -> None:
+def _dump_with(tree: Path, out: Path, seed: int, randoms: int, bind_at_once: int | None = None) -> None:
     env = dict(os.environ, PYTHONPATH=str(tree))
-    subprocess.run([sys.executable, __file__, "--dump", str(out), "--seed", str(seed), "--random", str(randoms)],
+    more = [] if bind_at_once is None else ["--bind-at-once", str(bind_at_once)]
+    subprocess.run([sys.executable, __file__, "--dump", str(out), "--seed", str(seed), "--random", str(randoms), *more],
                    env=env, check=True, cwd="/tmp")
 
 
@@ -211,10 +216,12 @@ def main():
     parser.add_argument("--base", default="HEAD", help="the commit (or a directory holding a tree) to compare with")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--random", type=int, default=8, help="random batches per example")
+    parser.add_argument("--bind-at-once", type=int, help="this tree binds batches of this many sequences at once "
+                        "(maskc.compiler.BIND_AT_ONCE; 1: every batch its layout allows)")
     parser.add_argument("--dump", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.dump:
-        dump(args.dump, args.seed, args.random)
+        dump(args.dump, args.seed, args.random, args.bind_at_once)
         return
     if Path(args.base).is_dir():
         compare(Path(args.base).resolve(), args)
@@ -239,7 +246,7 @@ def compare(base: Path, args) -> None:
     if fresh:
         _dump_with(base, base_out, args.seed, args.random)
     new_out = Path(f"/tmp/plan_identical_new_{os.getpid()}.pkl")
-    _dump_with(HERE, new_out, args.seed, args.random)
+    _dump_with(HERE, new_out, args.seed, args.random, args.bind_at_once)
     old, new = (pickle.loads(p.read_bytes()) for p in (base_out, new_out))
     new_out.unlink()
     # Each dump names the maskc it imported: the tree asked for, not an installed copy. (A cached base was

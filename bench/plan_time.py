@@ -75,12 +75,52 @@ def time_adoption(name: str, repeats: int = 20) -> float:
     return 1e3 * statistics.median(times)
 
 
+def packed_batch(rng: np.random.Generator, name: str, sequences: int) -> tuple[np.ndarray, dict]:
+    """cu_seqlens of 32768 tokens in `sequences` random lengths, and the mask's runtime parameters: for
+    rm_shared, each sequence a prompt and up to four responses."""
+    cuts = np.sort(rng.choice(np.arange(1, 32768), sequences - 1, replace=False))
+    lengths = np.diff(np.concatenate([[0], cuts, [32768]]))
+    if name != "rm_shared":
+        return np.concatenate([[0], np.cumsum(lengths)]), {}
+    prompts, responses = [], []
+    for n in lengths.tolist():
+        parts = rng.multinomial(n, rng.dirichlet(np.ones(int(rng.integers(1, 6))))).tolist()
+        prompts.append(parts[0])
+        responses.append(parts[1:])
+    return np.concatenate([[0], np.cumsum(lengths)]), {"prompt": prompts, "responses": responses}
+
+
+def time_packed(name: str, sequences: int, repeats: int = 20) -> float:
+    """Median ms of `attn.plan(cu_seqlens=...)` with new lengths every time (no cache hits)."""
+    import maskc
+
+    attn = maskc.load(EXAMPLES / f"{name}.mask", arch="sm_90a")
+    rng = np.random.default_rng(sequences)
+    times = []
+    for _ in range(repeats + 2):
+        cu, params = packed_batch(rng, name, sequences)
+        attn.compiled._plans.clear()  # (one sequence of 32768 tokens has the same values every time)
+        start = time.perf_counter()
+        attn.plan(cu_seqlens=cu, **params)
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times[2:])
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
     parser.add_argument("--ahead", action="store_true", help="also time adopting a plan made ahead")
     parser.add_argument("workloads", nargs="*", default=ANCHORS)
+    parser.add_argument("--packed", action="store_true", help="time packed batches of many sequences instead")
     args = parser.parse_args()
+    if args.packed:
+        print(f"host: {platform.processor() or platform.machine()}, python {platform.python_version()}, numpy {np.__version__}")
+        print("attn.plan(cu_seqlens=...) with forward and backward tables, 32768 tokens, new lengths each time, median ms")
+        counts = (1, 16, 64, 256, 1024)
+        print(f"{'workload':12s}" + "".join(f"{f'{c} seqs':>11s}" for c in counts))
+        for name in ("causal", "rm_shared"):
+            print(f"{name:12s}" + "".join(f"{time_packed(name, c):11.3f}" for c in counts))
+        return
     rows = [time_one(w) for w in args.workloads]
     print(f"host: {platform.processor() or platform.machine()}, python {platform.python_version()}, numpy {np.__version__}")
     print(f"{'workload':16s} {'median ms':>10s} {'full':>7s} {'partial':>8s} {'refined':>8s} {'conserv.':>8s}")

@@ -5,6 +5,7 @@ sameness would pass by never running it."""
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +16,10 @@ from hypothesis import strategies as st
 import mask_strategies as ms
 from maskc.compiler import compile_file, compile_text
 from maskc.kernels import KernelOptions
-from maskc.plan.layout import ValueProblem, bind_sequence, concrete_layout, validate_values
+from maskc.plan.layout import (ValueProblem, bind_sequence, concrete_layout, entries_per_sequence, joined, scalar_column,
+                               validate_values)
 from maskc.plan.layout_batch import bind_batch
+from maskc.plan.tiling import segment_boundaries
 from test_layout import program
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -48,6 +51,15 @@ def assert_same(at_once, expected) -> None:
         assert got.n == want.n and got.bounds == want.bounds and got.grid_dims == want.grid_dims
         for field in ("starts", "lengths", "symbol", "member", "first"):
             assert same_array(getattr(got, field), getattr(want, field)), field
+    # The columns the planner reads instead of the objects.
+    values, layouts = at_once
+    for field in ("starts", "lengths", "symbol", "member"):
+        assert same_array(joined(layouts, field, np.int64), joined(expected[1], field, np.int64)), field
+    assert same_array(entries_per_sequence(layouts), entries_per_sequence(expected[1]))
+    segments = len(expected[1][0].bounds) - 1 if expected[1] else 0
+    assert same_array(segment_boundaries(layouts, segments), segment_boundaries(list(expected[1]), segments))
+    for name in (expected[0][0].scalars if expected[0] else ()):
+        assert same_array(scalar_column(values, name), scalar_column(expected[0], name)), name
 
 
 def check(prog, sequences) -> bool:
@@ -138,3 +150,14 @@ def test_generated_programs_bind_at_once_as_one_by_one(case, shuffle):
     sequences = list(case.sequences)
     shuffle.shuffle(sequences)
     check(compiled.program, sequences)
+
+
+def test_a_batch_bound_at_once_reads_like_a_list():
+    values, layouts = bind_batch(REWARD, [{"prompt": 5, "responses": [3, 4]}, {"prompt": 1}, {"prompt": 2, "n": 2}])
+    assert len(layouts) == len(values) == 3
+    assert layouts[-1] is layouts[2] and [lay.n for lay in layouts] == [12, 1, 2] and layouts[1:][0] is layouts[1]
+    assert values[0].arrays["responses"].tolist() == [3, 4] and values[2].n == 2 and values[1].n is None
+    with pytest.raises(IndexError):
+        layouts[3]
+    again = pickle.loads(pickle.dumps((values, layouts)))
+    assert_same(again, one_by_one(REWARD, [{"prompt": 5, "responses": [3, 4]}, {"prompt": 1}, {"prompt": 2, "n": 2}]))

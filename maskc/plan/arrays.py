@@ -15,11 +15,6 @@ def distinct(x: np.ndarray) -> np.ndarray:
     return x.compress(first)
 
 
-def concatenated(layouts: list, name: str, dtype) -> np.ndarray:
-    """One field of every layout of a batch, end to end, as `dtype` (empty for no layouts)."""
-    return np.concatenate([getattr(lay, name) for lay in layouts] or [np.zeros(0, dtype)], dtype=dtype)
-
-
 def expand(count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For ranges of the given sizes: (which range, offset inside it) of every element."""
     total = int(count.sum())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -65,6 +66,85 @@ class ConcreteLayout:
             start = self.starts[lo] if lo < len(self.starts) else self.n
             return int(start), int(start)
         return int(self.starts[lo]), int(self.starts[hi - 1] + self.lengths[hi - 1])
+
+
+class BatchLayouts(Sequence):
+    """The layouts of a batch bound at once (`layout_batch.bind_batch`), as columns: each field of every sequence
+    end to end, which is how the planner reads them, and a sequence's ConcreteLayout made only when it is asked
+    for (a batch of a thousand documents need not make a thousand objects). Its layouts have no grids."""
+
+    def __init__(self, starts: np.ndarray, lengths: np.ndarray, symbol: np.ndarray, member: np.ndarray,
+                 counts: np.ndarray, bounds: np.ndarray):
+        self.starts, self.lengths = starts, lengths  # int64 [C]: every sequence's entries (starts in the sequence)
+        self.symbol, self.member = symbol, member  # int32 [C]
+        self.counts = counts  # int64 [B, S]: entries per symbolic segment
+        self.bounds = bounds  # int64 [B, S + 1]: a row of ConcreteLayout.bounds per sequence
+        self.entry_ptr = np.zeros(len(bounds) + 1, dtype=np.int64)  # sequence b's entries: [entry_ptr[b], entry_ptr[b + 1])
+        np.cumsum(counts.sum(axis=1), out=self.entry_ptr[1:])
+        self._made: dict[int, ConcreteLayout] = {}
+
+    def __len__(self) -> int:
+        return len(self.bounds)
+
+    def __getitem__(self, b):
+        if isinstance(b, slice):
+            return [self[i] for i in range(*b.indices(len(self)))]
+        b = range(len(self))[b]  # an IndexError past the end, as a list's
+        made = self._made.get(b)
+        if made is None:
+            lo, hi = int(self.entry_ptr[b]), int(self.entry_ptr[b + 1])
+            symbol, member, first = _entry_tables(tuple(self.counts[b].tolist()))
+            bounds = tuple(self.bounds[b].tolist())
+            made = self._made[b] = ConcreteLayout(n=bounds[-1], starts=self.starts[lo:hi], lengths=self.lengths[lo:hi],
+                                                  symbol=symbol, member=member, first=first, grid_dims={},
+                                                  bounds=bounds)
+        return made
+
+
+class BatchValues(Sequence):
+    """The runtime values of a batch bound at once, as columns (a list per scalar parameter, each list parameter's
+    entries end to end), and a sequence's SequenceValues made only when it is asked for."""
+
+    def __init__(self, ns: list[int | None], scalars: dict[str, list], lists: dict[str, tuple[np.ndarray, list[int]]]):
+        self.ns = ns
+        self.scalars = scalars  # name -> one value per sequence, in declaration order
+        self.lists = lists  # name -> (int64 entries of every sequence, where each sequence's end)
+        self._made: dict[int, SequenceValues] = {}
+
+    def __len__(self) -> int:
+        return len(self.ns)
+
+    def __getitem__(self, b):
+        if isinstance(b, slice):
+            return [self[i] for i in range(*b.indices(len(self)))]
+        b = range(len(self))[b]
+        made = self._made.get(b)
+        if made is None:
+            arrays = {name: flat[ends[b - 1] if b else 0:ends[b]] for name, (flat, ends) in self.lists.items()}
+            made = self._made[b] = SequenceValues(self.ns[b], {name: col[b] for name, col in self.scalars.items()},
+                                                  arrays)
+        return made
+
+
+def joined(layouts: Sequence[ConcreteLayout], name: str, dtype) -> np.ndarray:
+    """One field of every layout of a batch, end to end, as a new array of `dtype` (empty for no layouts)."""
+    if isinstance(layouts, BatchLayouts):
+        return getattr(layouts, name).astype(dtype)
+    return np.concatenate([getattr(lay, name) for lay in layouts] or [np.zeros(0, dtype)], dtype=dtype)
+
+
+def entries_per_sequence(layouts: Sequence[ConcreteLayout]) -> np.ndarray:
+    """int64 [B]: how many concrete segments each sequence has."""
+    if isinstance(layouts, BatchLayouts):
+        return np.diff(layouts.entry_ptr)
+    return np.array([len(lay.starts) for lay in layouts], dtype=np.int64)
+
+
+def scalar_column(values: Sequence[SequenceValues], name: str) -> np.ndarray:
+    """One scalar parameter's value in every sequence."""
+    if isinstance(values, BatchValues):
+        return np.array(values.scalars[name])
+    return np.array([v.scalars[name] for v in values])
 
 
 # Every problem with runtime values is a ValueProblem (maskc.diagnostics, re-exported here): a ValueError that

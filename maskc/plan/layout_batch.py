@@ -20,8 +20,8 @@ import numpy as np
 
 from maskc import ir
 from maskc.ir.evaluate import Env, evaluate
-from maskc.plan.layout import (INT32_MAX, INT32_MIN, MAX_FAMILY_MEMBERS, MAX_SEQUENCE_LENGTH, ConcreteLayout,
-                               SequenceValues, _entry_tables, _layout_facts, _runtime_checks)
+from maskc.plan.layout import (INT32_MAX, INT32_MIN, MAX_FAMILY_MEMBERS, MAX_SEQUENCE_LENGTH, BatchLayouts,
+                               BatchValues, _layout_facts, _runtime_checks)
 
 _NO_DEFAULT = object()
 
@@ -102,11 +102,12 @@ def _find_form(program: ir.Program) -> _BatchForm | None:
                       segments=tuple(segments))
 
 
-def _int_value(x) -> int | None:
-    if type(x) is int:
-        return x
-    if isinstance(x, np.integer):
-        return int(x)
+def _ints(column: list) -> list[int] | None:
+    """A column of int values as Python ints, or None where one is not an int (a bool is not)."""
+    if all(type(x) is int for x in column):
+        return column
+    if all(type(x) is int or isinstance(x, np.integer) for x in column):
+        return [int(x) for x in column]
     return None
 
 
@@ -119,111 +120,94 @@ def _int_list(x) -> list[int] | None:
     return None
 
 
-def bind_batch(program: ir.Program, sequences: list[dict[str, object]]
-               ) -> tuple[list[SequenceValues], list[ConcreteLayout]] | None:
+def _column(form: _BatchForm, name: str, kind: str, default, sequences: list[dict[str, object]]) -> list | None:
+    """One parameter's value in every sequence, checked as bind_sequence checks it, or None."""
+    column = [given.get(name, default) for given in sequences]
+    if kind == "list":
+        column = [_int_list(value) for value in column]
+        if any(value is None or len(value) > MAX_FAMILY_MEMBERS for value in column):
+            return None
+        return column
+    if kind == "bool":
+        return [bool(value) for value in column] if all(isinstance(v, (bool, np.bool_)) for v in column) else None
+    column = _ints(column)
+    if column is None or (name not in form.consts and not INT32_MIN <= min(column) <= max(column) <= INT32_MAX):
+        return None
+    return column
+
+
+def bind_batch(program: ir.Program, sequences: list[dict[str, object]]) -> tuple[BatchValues, BatchLayouts] | None:
     """(values, layouts) of every sequence, as `CompiledMask.bind` binds them one by one, or None (see above)."""
     form = _batch_form(program)
-    if form is None or not sequences:
+    if form is None or not sequences or not all(form.allowed.issuperset(given) for given in sequences):
         return None
     count = len(sequences)
-    ns: list[int] = []
-    given_n: list[bool] = []
-    columns: dict[str, list] = {name: [] for name, _, _ in form.params}
-    for given in sequences:
-        if not form.allowed.issuperset(given):
+    given_n = [given.get("n", form.n_default) is not None for given in sequences]
+    if form.uses_n and not all(given_n):
+        return None
+    ns = _ints([given.get("n", form.n_default) if known else 0 for given, known in zip(sequences, given_n)])
+    if ns is None or not 0 <= min(ns) <= max(ns) <= MAX_SEQUENCE_LENGTH:
+        return None
+    columns: dict[str, list] = {}
+    for name, kind, default in form.params:
+        column = _column(form, name, kind, default, sequences)
+        if column is None:
             return None
-        n = given.get("n", form.n_default)
-        if n is not None:
-            n = _int_value(n)
-            if n is None or not 0 <= n <= MAX_SEQUENCE_LENGTH:
-                return None
-        elif form.uses_n:
-            return None
-        ns.append(0 if n is None else n)
-        given_n.append(n is not None)
-        for name, kind, default in form.params:
-            value = given.get(name, default)
-            if kind == "list":
-                value = _int_list(value)
-                if value is None or len(value) > MAX_FAMILY_MEMBERS or (value and min(value) < INT32_MIN):
-                    return None
-                if value and max(value) > INT32_MAX:
-                    return None
-            elif kind == "bool":
-                if not isinstance(value, (bool, np.bool_)):
-                    return None
-                value = bool(value)
-            else:
-                value = _int_value(value)
-                if value is None or (name not in form.consts and not INT32_MIN <= value <= INT32_MAX):
-                    return None
-            columns[name].append(value)
+        columns[name] = column
 
-    # Each segment's lengths for the whole batch: [B] for a single segment, a list of lists for a family.
-    env = Env(params={name: np.array(columns[name], dtype=bool if kind == "bool" else np.int64)
-                      for name, kind, _ in form.params if kind != "list"})
-    env.params["n"] = np.array(ns, dtype=np.int64)
-    total = np.zeros(count, dtype=np.int64)
-    lengths_of: list = []
-    for kind, what in form.segments:
+    # The list parameters' entries of every sequence end to end (the families' member lengths among them).
+    try:  # (an int past 64 bits raises)
+        lists = {name: (np.array([v for value in columns[name] for v in value], dtype=np.int64),
+                        np.cumsum([len(value) for value in columns[name]], dtype=np.int64))
+                 for name, kind, _ in form.params if kind == "list"}
+        env = Env(params={name: np.array(columns[name], dtype=bool if kind == "bool" else np.int64)
+                          for name, kind, _ in form.params if kind != "list"})
+    except OverflowError:
+        return None
+    for flat, _ in lists.values():
+        if len(flat) and (flat.min() < INT32_MIN or flat.max() > INT32_MAX):
+            return None
+
+    # Per sequence and segment: its entries (1, or a family's members) and its tokens.
+    n = env.params["n"] = np.array(ns, dtype=np.int64)
+    entries = np.ones((count, len(form.segments)), dtype=np.int64)
+    tokens = np.empty((count, len(form.segments)), dtype=np.int64)
+    parts = []  # (segment, the entries' lengths, how many per sequence)
+    for s, (kind, what) in enumerate(form.segments):
         if kind == "single":
             length = np.broadcast_to(np.asarray(evaluate(what, env), dtype=np.int64), (count,))
-            if (length < 0).any():
-                return None
-            total += length
-            lengths_of.append(length.tolist())
+            tokens[:, s] = length
+            parts.append((s, length, None))
         else:
-            members = columns[what]
-            if any(m and min(m) < 0 for m in members):
+            flat, ends = lists[what]
+            if len(flat) and flat.min() < 0:
                 return None
-            total += np.array([sum(m) for m in members], dtype=np.int64)
-            lengths_of.append(members)
-    if (total > MAX_SEQUENCE_LENGTH).any() or ((total != env.params["n"]) & np.array(given_n)).any():
+            entries[:, s] = np.diff(ends, prepend=0)
+            running = np.concatenate([[0], np.cumsum(flat)])
+            tokens[:, s] = running[ends] - running[ends - entries[:, s]]
+            parts.append((s, flat, entries[:, s]))
+    if (tokens < 0).any():
+        return None
+    bounds = np.zeros((count, len(form.segments) + 1), dtype=np.int64)
+    np.cumsum(tokens, axis=1, out=bounds[:, 1:])
+    total = bounds[:, -1]
+    if (total > MAX_SEQUENCE_LENGTH).any() or ((total != n) & np.array(given_n)).any():
         return None
 
-    # The batch's entries end to end, then cut per sequence (views of one array each).
-    flat: list[int] = []
-    ends: list[int] = []
-    bounds: list[tuple[int, ...]] = []
-    counts: list[tuple[int, ...]] = []
-    for b in range(count):
-        position, row, seq_counts = 0, [], []
-        for (kind, _), lengths in zip(form.segments, lengths_of):
-            row.append(position)
-            if kind == "single":
-                length = lengths[b]
-                flat.append(length)
-                position += length
-                seq_counts.append(1)
-            else:
-                members = lengths[b]
-                flat.extend(members)
-                position += sum(members)
-                seq_counts.append(len(members))
-        row.append(position)
-        bounds.append(tuple(row))
-        counts.append(tuple(seq_counts))
-        ends.append(len(flat))
-    all_lengths = np.array(flat, dtype=np.int64)
-    entry_base = np.array([0, *ends[:-1]], dtype=np.int64)
-    token_base = np.cumsum(total) - total
-    entries = np.diff(np.array([0, *ends], dtype=np.int64))
-    all_starts = np.cumsum(all_lengths) - all_lengths - np.repeat(token_base, entries)
-    lists = [(name, columns[name]) for name, kind, _ in form.params if kind == "list"]
-    list_arrays = {name: np.array([v for value in col for v in value], dtype=np.int64) for name, col in lists}
-    list_ends = {name: np.cumsum([len(value) for value in col]).tolist() for name, col in lists}
-    scalar_names = [name for name, kind, _ in form.params if kind != "list"]
-
-    values, layouts = [], []
-    for b in range(count):
-        lo, hi = int(entry_base[b]), ends[b]
-        arrays = {}
-        for name, _ in lists:
-            end = list_ends[name][b]
-            arrays[name] = list_arrays[name][end - len(columns[name][b]):end]
-        values.append(SequenceValues(ns[b] if given_n[b] else None, {name: columns[name][b] for name in scalar_names},
-                                     arrays))
-        symbol, member, first = _entry_tables(counts[b])
-        layouts.append(ConcreteLayout(n=bounds[b][-1], starts=all_starts[lo:hi], lengths=all_lengths[lo:hi],
-                                      symbol=symbol, member=member, first=first, grid_dims={}, bounds=bounds[b]))
+    # Every entry in layout order: by sequence, then segment, then member.
+    per_entry = entries.reshape(-1)
+    if all(per is None for _, _, per in parts):
+        lengths = tokens.reshape(-1).copy()
+    else:
+        order_key = np.concatenate([np.repeat(np.arange(count) * len(form.segments) + s, 1 if per is None else per)
+                                    for s, _, per in parts])
+        lengths = np.concatenate([length for _, length, _ in parts])[order_key.argsort(kind="stable")]
+    starts = np.cumsum(lengths) - lengths - np.repeat(total.cumsum() - total, entries.sum(axis=1))
+    symbol = np.repeat(np.tile(np.arange(len(form.segments), dtype=np.int32), count), per_entry)
+    member = (np.arange(len(lengths)) - np.repeat(per_entry.cumsum() - per_entry, per_entry)).astype(np.int32)
+    layouts = BatchLayouts(starts=starts, lengths=lengths, symbol=symbol, member=member, counts=entries,
+                           bounds=bounds)
+    values = BatchValues(ns=[x if given else None for x, given in zip(ns, given_n)],
+                         scalars={name: columns[name] for name, kind, _ in form.params if kind != "list"},
+                         lists={name: (flat, ends.tolist()) for name, (flat, ends) in lists.items()})
     return values, layouts

@@ -27,13 +27,17 @@ from maskc import ir
 from maskc.diagnostics import value_problem
 from maskc.ir.evaluate import Env, evaluate
 from maskc.kernels.abi import TileKind
-from maskc.plan.arrays import concatenated, distinct, expand, stable_order
+from maskc.plan.arrays import distinct, expand, stable_order
 from maskc.plan.exact import pair_env, regions_visible, visible
 from maskc.plan.intervals import ArrayTable, IntervalEvaluator, IntRange
 from maskc.plan.layout import (
+    BatchLayouts,
     ConcreteLayout,
     SequenceValues,
+    entries_per_sequence,
     entry_grid_dims,
+    joined,
+    scalar_column,
     segment_bounds,
     segment_facts,
 )
@@ -183,25 +187,24 @@ class _Batch:
 
     @staticmethod
     def of(layouts: list[ConcreteLayout], values: list[SequenceValues], tiling: Tiling) -> "_Batch":
-        def joined(name):
-            return concatenated(layouts, name, np.int64)
-
         bounds = segment_boundaries(layouts, tiling.blocks[-1].last + 1)
         base = bounds[:, -1].cumsum() - bounds[:, -1]
-        lengths = joined("lengths")
+        lengths = joined(layouts, "lengths", np.int64)
         # The sequences lie back to back, so the global starts are those of one long layout.
         return _Batch(layouts=layouts, values=values, blocks=block_table(tiling, layouts, bounds), base=base,
-                      starts=lengths.cumsum() - lengths, member=joined("member"), lengths=lengths,
-                      symbol=joined("symbol"), bounds=bounds)
+                      starts=lengths.cumsum() - lengths, member=joined(layouts, "member", np.int64),
+                      lengths=lengths, symbol=joined(layouts, "symbol", np.int64), bounds=bounds)
 
     @cached_property
     def segment_seq(self) -> np.ndarray:
         """int64 [C]: the sequence of each concrete segment."""
-        return np.repeat(np.arange(len(self.layouts)), [len(lay.starts) for lay in self.layouts])
+        return np.repeat(np.arange(len(self.layouts)), entries_per_sequence(self.layouts))
 
     @cached_property
     def grid(self) -> np.ndarray:
         """int64 [C, 3]: (t, y, x) dimensions of the grid a concrete segment is, else (1, 1, 1)."""
+        if isinstance(self.layouts, BatchLayouts):  # (which has no grids)
+            return np.ones((len(self.starts), 3), dtype=np.int64)
         return np.concatenate([entry_grid_dims(lay) for lay in self.layouts] + [np.zeros((0, 3), np.int64)])
 
 
@@ -218,10 +221,10 @@ def _visible_batch(program: ir.Program, batch: _Batch, seq: np.ndarray, q: np.nd
             sel = seq_b == b
             out[sel] = visible(program, batch.layouts[b], batch.values[b], q_b[sel], k_b[sel], regions)
         return out
-    ns = np.array([lay.n for lay in batch.layouts], dtype=np.int64)
+    ns = batch.bounds[:, -1]
     valid = (q >= 0) & (q < ns[seq]) & (k >= 0) & (k < ns[seq])
     names = set().union(*(ir.params_used(r.pred) for r in program.regions)) - {"n"}
-    params = {name: np.array([v.scalars[name] for v in batch.values])[seq] for name in names}
+    params = {name: scalar_column(batch.values, name)[seq] for name in names}
     params["n"] = ns[seq]
     # Global positions in the concatenated segment table: one lookup serves every sequence.
     q_facts, k_facts = (segment_facts(batch.starts, batch.lengths, batch.symbol, batch.member, batch.grid,
@@ -928,7 +931,7 @@ def kernel_tables(code, desc: Descriptor, layouts: list[ConcreteLayout], values:
     table = code.seq_table
     seq_table = np.zeros((batch, table.width), dtype=np.int64)
     bounds = segment_boundaries(layouts, len(code.segment_names))
-    sizes = np.array([len(lay.starts) for lay in layouts], dtype=np.int64)
+    sizes = entries_per_sequence(layouts)
     ns = bounds[:, -1]
     fixed = (np.asarray(token_offsets, dtype=np.int64), ns, np.cumsum(sizes) - sizes, sizes)
     for name, value in zip(table.FIXED, fixed):
@@ -952,7 +955,7 @@ def kernel_tables(code, desc: Descriptor, layouts: list[ConcreteLayout], values:
     # or to name the sequence that divides by zero).
     sources = _seq_value_sources(code)
     if None in sources:
-        env = Env(params={name: np.array([v.scalars[name] for v in values]) for name in (values[0].scalars if values else ())},
+        env = Env(params={name: scalar_column(values, name) for name in (values[0].scalars if values else ())},
                   bounds={(name, end): bounds[:, s + end] for s, name in enumerate(code.segment_names) for end in (False, True)})
         env.params["n"] = ns
     for i, (sv, source) in enumerate(zip(code.seq_values, sources)):
@@ -973,9 +976,6 @@ def kernel_tables(code, desc: Descriptor, layouts: list[ConcreteLayout], values:
                     # (validate_values refuses such values first; this names the expression all the same)
                     raise value_problem(sv.expr.span, f"sequence {b}: {sv.text} divides by zero for these "
                                         "parameter values") from None
-    def joined(name):
-        return concatenated(layouts, name, np.int32)
-
     # The descriptor's arrays as they are where the types already agree (the tables are copied to the device).
     work = np.empty((len(desc.work_seq), 2), dtype=np.int32)
     work[:, 0], work[:, 1] = desc.work_seq, desc.work_qtile
@@ -985,7 +985,7 @@ def kernel_tables(code, desc: Descriptor, layouts: list[ConcreteLayout], values:
         k_tiles=desc.k_tile.astype(np.int32, copy=False),
         kinds=desc.kind.astype({8: np.uint8, 16: np.uint16, 32: np.uint32}[code.kind_bits], copy=False),
         seq_table=seq_table,
-        seg_start=joined("starts"),
-        seg_code=joined("symbol") | (joined("member") << 5),  # int32 (members < 2^24: no overflow)
+        seg_start=joined(layouts, "starts", np.int32),
+        seg_code=joined(layouts, "symbol", np.int32) | (joined(layouts, "member", np.int32) << 5),  # int32 (members < 2^24: no overflow)
         arrays=np.concatenate(array_parts) if array_parts else np.zeros(1, np.int32),
     )

@@ -41,6 +41,7 @@ from maskc import ir
 from maskc.ir.evaluate import Env, evaluate
 from maskc.kernels.abi import TileKind
 from maskc.plan.arrays import distinct, expand, stable_order
+from maskc.plan.layout import scalar_column
 
 MAX_REGIONS = 8  # pairs of regions are compared piece by piece; more regions go to the general search
 # Bounds are clamped to +-2^40 (positions are below 2^31): a term past that acts exactly like the clamp on keys
@@ -198,7 +199,7 @@ def _segment_constants(forms: RowForms, batch, bk: int) -> np.ndarray | None:
     (the general search then reports or handles it)."""
     seq = batch.segment_seq
     bounds = batch.bounds[seq]  # [C, S + 1]: where each symbolic segment of c's sequence begins (the last: n)
-    params = {name: np.array([v.scalars[name] for v in batch.values])[seq] for name in forms.params}
+    params = {name: scalar_column(batch.values, name)[seq] for name in forms.params}
     params["n"] = bounds[:, -1]
     start = batch.starts - batch.base[seq]
     env = Env(params=params, tokens={("q", "start"): start, ("q", "end"): start + batch.lengths,

@@ -194,6 +194,9 @@ def segment_boundaries(layouts: list[ConcreteLayout], segments: int) -> np.ndarr
     """int64 [B, segments + 1]: where each symbolic segment begins in each sequence (the last column: n), so
     segment s spans [bounds[b, s], bounds[b, s + 1]) (an empty segment begins where the next does); for all
     sequences at once."""
+    table = getattr(layouts, "bounds", None)  # plan/layout.py's BatchLayouts has them as one array already
+    if table is not None:
+        return table
     return np.array([lay.bounds for lay in layouts], dtype=np.int64).reshape(len(layouts), segments + 1)
 
 

@@ -168,9 +168,10 @@ class Attention:
             lengths, offsets = [int(n)] * int(batch), np.zeros(int(batch), dtype=np.int64)
         sequences = self.sequences(lengths, params)
         compiled = self.compiled
-        tables = compiled.tables(sequences, offsets)
+        key = compiled.plan_key(sequences, offsets)
+        tables = compiled.tables(sequences, offsets, key=key)
         by_key = compiled.key_tables(*tables[:2]) if compiled.options.backward is not None else None
-        return Plan(compiled.fingerprint, compiled.plan_key(sequences, offsets), tables, by_key)
+        return Plan(compiled.fingerprint, key, tables, by_key)
 
     def _adopt(self, plan, x: _Inputs) -> None:
         """Cache a plan made ahead (`plan=`) for this call, once it is known to be this mask's and made for this
