@@ -45,7 +45,8 @@ PY
 fi
 
 if has plan; then
-    timeout 90 python3 bench/plan_time.py --json "$OUT/plan_time.json" 2>&1 | tee -a "$OUT/misc.log"
+    timeout 90 python3 bench/plan_time.py --ahead --json "$OUT/plan_time.json" 2>&1 | tee -a "$OUT/misc.log"
+    timeout 90 python3 bench/plan_time.py --packed 2>&1 | tee -a "$OUT/misc.log"  # batches of 1-1024 sequences
 fi
 
 if has training; then

@@ -19,6 +19,7 @@ from maskc import ir
 from maskc.diagnostics import Span, ValueProblem, show_value, value_problem
 from maskc.ir import MAX_FAMILY_MEMBERS, layout_uses_n  # noqa: F401  (part of this module's interface)
 from maskc.ir.evaluate import Env, evaluate
+from maskc.memo import per_object
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 MAX_SEQUENCE_LENGTH = 2**31 - 1
@@ -309,13 +310,8 @@ class _LayoutFacts:
     needs_env: bool  # some segment's length, count or dims is evaluated
 
 
-_facts_cache: dict[int, tuple[ir.Program, _LayoutFacts]] = {}
-
-
+@per_object
 def _layout_facts(program: ir.Program) -> _LayoutFacts:
-    hit = _facts_cache.get(id(program))
-    if hit is not None and hit[0] is program:
-        return hit[1]
     lists = {s: tuple(dict.fromkeys(node.array for node in ir.walk(seg.length) if isinstance(node, ir.Index)
                                     and node.indices and isinstance(node.indices[0], ir.FamilyIndex)))
              for s, seg in enumerate(program.segments) if seg.kind == "family"}
@@ -330,11 +326,7 @@ def _layout_facts(program: ir.Program) -> _LayoutFacts:
     needs_env = any(seg.kind == "grid" or (seg.kind == "single" and s not in direct)
                     or (seg.kind == "family" and (s not in counted or s not in plain))
                     for s, seg in enumerate(program.segments))
-    facts = _LayoutFacts(layout_uses_n(program), lists, plain, params, direct, counted, needs_env)
-    if len(_facts_cache) > 64:
-        _facts_cache.clear()
-    _facts_cache[id(program)] = (program, facts)
-    return facts
+    return _LayoutFacts(layout_uses_n(program), lists, plain, params, direct, counted, needs_env)
 
 
 def _check_family_lists(seg: ir.Segment, names: tuple[str, ...], count: int, values: SequenceValues, where: str) -> None:
@@ -504,13 +496,8 @@ class _RuntimeChecks:
     trees: tuple[str, ...]
 
 
-_checks_cache: dict[int, tuple[ir.Program, _RuntimeChecks]] = {}
-
-
+@per_object
 def _runtime_checks(program: ir.Program) -> _RuntimeChecks:
-    hit = _checks_cache.get(id(program))
-    if hit is not None and hit[0] is program:
-        return hit[1]
     divisors, trees = [], []
     for region in program.regions:
         for node in ir.walk(region.pred):
@@ -520,11 +507,7 @@ def _runtime_checks(program: ir.Program) -> _RuntimeChecks:
                 divisors.append((o.args[1], _known(o.args[1].span, node.span, region.span)))
             if isinstance(node, ir.Ancestor):
                 trees.append(node.array)
-    checks = _RuntimeChecks(tuple(divisors), tuple(dict.fromkeys(trees)))
-    if len(_checks_cache) > 64:
-        _checks_cache.clear()
-    _checks_cache[id(program)] = (program, checks)
-    return checks
+    return _RuntimeChecks(tuple(divisors), tuple(dict.fromkeys(trees)))
 
 
 @_in_source

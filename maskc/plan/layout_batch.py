@@ -20,6 +20,7 @@ import numpy as np
 
 from maskc import ir
 from maskc.ir.evaluate import Env, evaluate
+from maskc.memo import per_object
 from maskc.plan.layout import (INT32_MAX, INT32_MIN, MAX_FAMILY_MEMBERS, MAX_SEQUENCE_LENGTH, BatchLayouts,
                                BatchValues, _layout_facts, _runtime_checks)
 
@@ -41,20 +42,6 @@ class _BatchForm:
     segments: tuple[tuple[str, object], ...]
 
 
-_forms: dict[int, tuple[ir.Program, _BatchForm | None]] = {}
-
-
-def _batch_form(program: ir.Program) -> _BatchForm | None:
-    hit = _forms.get(id(program))
-    if hit is not None and hit[0] is program:
-        return hit[1]
-    form = _find_form(program)
-    if len(_forms) > 64:
-        _forms.clear()
-    _forms[id(program)] = (program, form)
-    return form
-
-
 def _plain_length(e: ir.Expr, lists: set[str]) -> bool:
     """Whether a length can be evaluated for the whole batch at once: integer arithmetic without division over
     constants and scalar parameters."""
@@ -68,7 +55,8 @@ def _plain_length(e: ir.Expr, lists: set[str]) -> bool:
     return True
 
 
-def _find_form(program: ir.Program) -> _BatchForm | None:
+@per_object
+def _batch_form(program: ir.Program) -> _BatchForm | None:
     checks = _runtime_checks(program)
     if checks.divisors or checks.trees:
         return None

@@ -27,6 +27,7 @@ from maskc import ir
 from maskc.diagnostics import value_problem
 from maskc.ir.evaluate import Env, evaluate
 from maskc.kernels.abi import TileKind
+from maskc.memo import per_object
 from maskc.plan.arrays import distinct, expand, stable_order
 from maskc.plan.exact import pair_env, regions_visible, visible
 from maskc.plan.intervals import ArrayTable, IntervalEvaluator, IntRange
@@ -618,19 +619,10 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
     return _descriptor(config, bt, qtile_base, *ranges, stats, start)
 
 
-_tilings: dict[int, tuple[ir.Program, TileConfig, Tiling]] = {}
-
-
+@per_object
 def _tiling(program: ir.Program, config: TileConfig) -> Tiling:
     """tiling_for(), kept per program: it walks every predicate."""
-    hit = _tilings.get(id(program))
-    if hit is not None and hit[0] is program and hit[1] == config:
-        return hit[2]
-    tiling = tiling_for(program, config.block_q, config.block_k, config.min_run)
-    if len(_tilings) > 64:
-        _tilings.clear()
-    _tilings[id(program)] = (program, config, tiling)
-    return tiling
+    return tiling_for(program, config.block_q, config.block_k, config.min_run)
 
 
 def _search(program: ir.Program, batch: _Batch, tiling: Tiling, config: TileConfig, refine_budget: int,
@@ -905,22 +897,13 @@ class KernelTables:
                 self.arrays)
 
 
-_value_cache: dict[int, tuple[object, tuple]] = {}
-
-
+@per_object
 def _seq_value_sources(code) -> tuple[int | str | None, ...]:
     """Per sequence value of `code`, where it comes from: the column of the segment boundary table when it is a
     segment's start or end (read as it is), "lists" when it reads a list parameter (evaluated sequence by
     sequence), else None (evaluated for all sequences at once). Found once per MaskCode."""
-    hit = _value_cache.get(id(code))
-    if hit is not None and hit[0] is code:
-        return hit[1]
-    result = tuple(code.segment_names.index(sv.expr.segment) + sv.expr.end if isinstance(sv.expr, ir.SegmentBound)
+    return tuple(code.segment_names.index(sv.expr.segment) + sv.expr.end if isinstance(sv.expr, ir.SegmentBound)
                    else "lists" if ir.arrays_used(sv.expr) else None for sv in code.seq_values)
-    if len(_value_cache) > 64:
-        _value_cache.clear()
-    _value_cache[id(code)] = (code, result)
-    return result
 
 
 def kernel_tables(code, desc: Descriptor, layouts: list[ConcreteLayout], values: list[SequenceValues],

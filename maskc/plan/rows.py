@@ -40,6 +40,7 @@ import numpy as np
 from maskc import ir
 from maskc.ir.evaluate import Env, evaluate
 from maskc.kernels.abi import TileKind
+from maskc.memo import per_object
 from maskc.plan.arrays import distinct, expand, stable_order
 from maskc.plan.layout import scalar_column
 
@@ -152,15 +153,10 @@ class RowForms:
     k_columns: np.ndarray  # int64 [2, R]: the columns of the boundary table where each region's k side begins, ends
 
 
-_forms_cache: dict[int, tuple[ir.Program, RowForms | None]] = {}
-
-
+@per_object
 def row_forms(program: ir.Program) -> RowForms | None:
     """The regions in the fast path's form, or None when the fast path does not apply (found once per
     program)."""
-    hit = _forms_cache.get(id(program))
-    if hit is not None and hit[0] is program:
-        return hit[1]
     forms = [_row_form(program, r) for r in program.regions]
     result = None
     if len(forms) <= MAX_REGIONS and all(f is not None for f in forms):
@@ -173,9 +169,6 @@ def row_forms(program: ir.Program) -> RowForms | None:
                           np.array([TileKind.rule_bit(r) for r in range(len(forms))], dtype=np.uint32),
                           _sharing_rows(forms), np.array([f.q_bits for f in forms], dtype=np.int64),
                           np.array([[f.k_first for f in forms], [f.k_last + 1 for f in forms]], dtype=np.int64))
-    if len(_forms_cache) > 64:
-        _forms_cache.clear()
-    _forms_cache[id(program)] = (program, result)
     return result
 
 
