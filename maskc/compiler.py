@@ -6,7 +6,10 @@ only strings them together in pipeline order.
 from __future__ import annotations
 
 import hashlib
+import os
+import threading
 from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -78,6 +81,7 @@ class CompiledMask:
     code: MaskCode
     _plans: OrderedDict = field(default_factory=OrderedDict, repr=False)
     _key_tables: dict = field(default_factory=dict, repr=False)
+    _backward_build: tuple[int, Future] | None = field(default=None, repr=False)  # (pid, build) build_backward_ahead started
 
     @property
     def name(self) -> str:
@@ -123,7 +127,22 @@ class CompiledMask:
             dims = sorted({d for b in o.family.backward for d in b.head_dims})
             raise ValueError(f"no backward kernels for head dim {o.head_dim} in the {o.family.name} family "
                              f"(they support head dims {dims})")
-        return self.build("cubin", "bwd").path
+        with _building:
+            started = self._backward_build
+        if started is None or started[0] != os.getpid():  # (a forked child has no thread to finish it)
+            return self.build("cubin", "bwd").path
+        return started[1].result().path
+
+    def build_backward_ahead(self) -> None:
+        """Start building the backward kernels in a thread, for a call whose backward will come (its inputs require
+        grad). NVRTC releases the GIL, so the forward's build and launch run meanwhile: a training step's first call
+        waits for the slower of the two builds, not their sum (dev VM: 0.67 s against 1.31). A failed build raises
+        where the backward asks for it. Nothing to do when they are built, building or absent."""
+        if self._backward_build is not None or self.options.backward is None or "backward_cubin" in self.__dict__:
+            return
+        with _building:
+            if self._backward_build is None:
+                self._backward_build = (os.getpid(), _builders().submit(self.build, "cubin", "bwd"))
 
     @property
     def backward_names(self) -> tuple[str, ...]:
@@ -209,6 +228,19 @@ class CompiledMask:
             self._key_tables.clear()
         self._key_tables[id(desc)] = (desc, result)  # holds desc, so its id is not reused while cached
         return result
+
+
+_building = threading.Lock()
+_executor: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _builders() -> ThreadPoolExecutor:
+    """Threads for builds started ahead (two: each NVRTC build takes a core), this process's own (a forked child
+    inherits the pool but not its threads). Called under _building."""
+    global _executor
+    if _executor is None or _executor[0] != os.getpid():
+        _executor = (os.getpid(), ThreadPoolExecutor(max_workers=2, thread_name_prefix="maskc-build"))
+    return _executor[1]
 
 
 # Batches of at least this many sequences are bound at once where the layout allows (plan/layout_batch.py): its

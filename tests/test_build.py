@@ -4,11 +4,14 @@ dumped .cu. Each example compiles once per architecture, two at a time (NVRTC re
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import re
 import shutil
 import subprocess
+import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -196,3 +199,62 @@ def test_the_hopper_forward_runs_its_softmax_under_its_own_p_v(name, head_dim, c
             end = next((j for j, o in enumerate(following) if o.endswith("0x0")), len(following))
             overlapped.append(following[:end].count("MUFU.EX2"))
     assert overlapped and min(overlapped) >= exponentials, overlapped
+
+
+def test_backward_kernels_built_ahead_are_the_ones_a_backward_gets(tmp_path, monkeypatch):
+    monkeypatch.setenv("MASKC_CACHE_DIR", str(tmp_path))
+    c = compile_file(EXAMPLES / "causal.mask", KernelOptions(arch="sm_90a"))
+    c.build_backward_ahead()
+    pid, started = c._backward_build
+    assert pid == os.getpid()
+    c.build_backward_ahead()  # once started, again is nothing
+    assert c._backward_build[1] is started
+    path = c.backward_cubin
+    assert started.done() and path == started.result().path and path.read_bytes()[:4] == ELF
+    assert path == compile_file(EXAMPLES / "causal.mask", KernelOptions(arch="sm_90a")).build("cubin", "bwd").path
+
+
+def test_a_backward_built_ahead_that_fails_raises_where_the_backward_asks(tmp_path, monkeypatch):
+    monkeypatch.setenv("MASKC_CACHE_DIR", str(tmp_path))
+    c = compile_file(EXAMPLES / "causal.mask", KernelOptions(arch="sm_90a"))
+
+    def broken(emit="cubin", direction=None):
+        raise build.BuildError("NVRTC refused it", "log", None)
+
+    monkeypatch.setattr(c, "build", broken)
+    c.build_backward_ahead()
+    with pytest.raises(build.BuildError, match="NVRTC refused it"):
+        c.backward_cubin
+
+
+
+def test_a_forked_child_builds_the_backward_itself(tmp_path, monkeypatch):
+    """A build started ahead and still running when the process forks never finishes in the child (it has no
+    thread for it): the child's backward builds its own instead of waiting forever."""
+    monkeypatch.setenv("MASKC_CACHE_DIR", str(tmp_path))
+    c = compile_file(EXAMPLES / "causal.mask", KernelOptions(arch="sm_90a"))
+    real, release = c.build, threading.Event()
+
+    def held(emit="cubin", direction=None):
+        release.wait(60)
+        return real(emit, direction)
+
+    monkeypatch.setattr(c, "build", held)
+    c.build_backward_ahead()
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+
+    def child():
+        c.build = real
+        results.put(str(c.backward_cubin))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # (forking a process with threads, Python 3.12)
+        process = ctx.Process(target=child)
+        process.start()
+    try:
+        path = results.get(timeout=60)
+    finally:
+        release.set()
+        process.join(60)
+    assert Path(path).read_bytes()[:4] == ELF and path == str(c.backward_cubin)

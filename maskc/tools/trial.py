@@ -193,6 +193,8 @@ def run_on_cpu(compiled: CompiledMask, sequences: list[dict[str, object]], origi
         raise ValueError(f"{sum(lengths):,} tokens are too many for the CPU check (at most {CPU_MAX_TOKENS:,}); "
                          "give a smaller --n or --batch")
     desc, layouts, values = compiled.plan(sequences)
+    if backward:
+        compiled.build_backward_ahead()  # both directions build at once
     cubin = compiled.cubin  # the kernel cannot run here, but it must build
     rng = np.random.default_rng(seed)
     chosen = sample_work(desc, layouts, budget, rng)
@@ -376,6 +378,8 @@ def run_on_gpu(program: ir.Program, consts: dict[str, object], sequences: list[d
     # Plan, and weigh the inputs against the GPU's memory, before allocating them: a request too big for either
     # is refused at once, with a message, rather than after gigabytes of inputs or as an out-of-memory error.
     desc, _, _ = compiled.tables(sequences, offsets[:-1])
+    if backward:
+        compiled.build_backward_ahead()  # while the forward builds and runs
     torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
     _check_gpu_memory(sum(lengths), heads, kv_heads, head_dim, torch_dtype.itemsize, backward)
     # Every runtime value as one value per sequence, exactly as bound above.
