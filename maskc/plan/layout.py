@@ -69,7 +69,25 @@ class ConcreteLayout:
         return int(self.starts[lo]), int(self.starts[hi - 1] + self.lengths[hi - 1])
 
 
-class BatchLayouts(Sequence):
+class _MadeOnDemand(Sequence):
+    """A read-only sequence whose items are made when first asked for, then kept."""
+
+    _made: dict
+
+    def __getitem__(self, b):
+        if isinstance(b, slice):
+            return [self[i] for i in range(*b.indices(len(self)))]
+        b = range(len(self))[b]  # an IndexError past the end, as a list's
+        made = self._made.get(b)
+        if made is None:
+            made = self._made[b] = self._make(b)
+        return made
+
+    def _make(self, b: int):
+        raise NotImplementedError
+
+
+class BatchLayouts(_MadeOnDemand):
     """The layouts of a batch bound at once (`layout_batch.bind_batch`), as columns: each field of every sequence
     end to end, which is how the planner reads them, and a sequence's ConcreteLayout made only when it is asked
     for (a batch of a thousand documents need not make a thousand objects). Its layouts have no grids."""
@@ -87,22 +105,15 @@ class BatchLayouts(Sequence):
     def __len__(self) -> int:
         return len(self.bounds)
 
-    def __getitem__(self, b):
-        if isinstance(b, slice):
-            return [self[i] for i in range(*b.indices(len(self)))]
-        b = range(len(self))[b]  # an IndexError past the end, as a list's
-        made = self._made.get(b)
-        if made is None:
-            lo, hi = int(self.entry_ptr[b]), int(self.entry_ptr[b + 1])
-            symbol, member, first = _entry_tables(tuple(self.counts[b].tolist()))
-            bounds = tuple(self.bounds[b].tolist())
-            made = self._made[b] = ConcreteLayout(n=bounds[-1], starts=self.starts[lo:hi], lengths=self.lengths[lo:hi],
-                                                  symbol=symbol, member=member, first=first, grid_dims={},
-                                                  bounds=bounds)
-        return made
+    def _make(self, b: int) -> ConcreteLayout:
+        lo, hi = int(self.entry_ptr[b]), int(self.entry_ptr[b + 1])
+        symbol, member, first = _entry_tables(tuple(self.counts[b].tolist()))
+        bounds = tuple(self.bounds[b].tolist())
+        return ConcreteLayout(n=bounds[-1], starts=self.starts[lo:hi], lengths=self.lengths[lo:hi], symbol=symbol,
+                              member=member, first=first, grid_dims={}, bounds=bounds)
 
 
-class BatchValues(Sequence):
+class BatchValues(_MadeOnDemand):
     """The runtime values of a batch bound at once, as columns (a list per scalar parameter, each list parameter's
     entries end to end), and a sequence's SequenceValues made only when it is asked for."""
 
@@ -115,16 +126,9 @@ class BatchValues(Sequence):
     def __len__(self) -> int:
         return len(self.ns)
 
-    def __getitem__(self, b):
-        if isinstance(b, slice):
-            return [self[i] for i in range(*b.indices(len(self)))]
-        b = range(len(self))[b]
-        made = self._made.get(b)
-        if made is None:
-            arrays = {name: flat[ends[b - 1] if b else 0:ends[b]] for name, (flat, ends) in self.lists.items()}
-            made = self._made[b] = SequenceValues(self.ns[b], {name: col[b] for name, col in self.scalars.items()},
-                                                  arrays)
-        return made
+    def _make(self, b: int) -> SequenceValues:
+        arrays = {name: flat[ends[b - 1] if b else 0:ends[b]] for name, (flat, ends) in self.lists.items()}
+        return SequenceValues(self.ns[b], {name: col[b] for name, col in self.scalars.items()}, arrays)
 
 
 def joined(layouts: Sequence[ConcreteLayout], name: str, dtype) -> np.ndarray:
