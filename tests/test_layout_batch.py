@@ -159,5 +159,8 @@ def test_a_batch_bound_at_once_reads_like_a_list():
     assert values[0].arrays["responses"].tolist() == [3, 4] and values[2].n == 2 and values[1].n is None
     with pytest.raises(IndexError):
         layouts[3]
+    before = len(pickle.dumps((values, layouts)))
+    [lay.n for lay in layouts], [v.n for v in values]  # every item made
+    assert len(pickle.dumps((values, layouts))) == before  # and not pickled
     again = pickle.loads(pickle.dumps((values, layouts)))
     assert_same(again, one_by_one(REWARD, [{"prompt": 5, "responses": [3, 4]}, {"prompt": 1}, {"prompt": 2, "n": 2}]))

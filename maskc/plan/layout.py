@@ -86,6 +86,9 @@ class _MadeOnDemand(Sequence):
     def _make(self, b: int):
         raise NotImplementedError
 
+    def __getstate__(self) -> dict:  # a pickled plan carries the columns, not the items made from them
+        return {**self.__dict__, "_made": {}}
+
 
 class BatchLayouts(_MadeOnDemand):
     """The layouts of a batch bound at once (`layout_batch.bind_batch`), as columns: each field of every sequence
