@@ -308,6 +308,41 @@ def test_a_plan_made_ahead_pickles_and_is_what_the_call_would_plan(attn):
     assert fresh.compiled.key_tables(desc, tables) is not None and len(fresh.compiled._plans) == 1
 
 
+REWARD = """mask rm(prompt: int, responses: [int])
+segments:
+    P    = prompt
+    R[i] = responses[i]
+rules:
+    P    -> P      causal
+    R[i] -> P      full
+    R[i] -> R[i]   causal
+"""
+
+
+def test_a_plan_of_many_sequences_bound_at_once_pickles_and_serves_the_call(monkeypatch):
+    """A packed batch long enough to be bound at once (plan/layout_batch.py): its plan, pickled and adopted,
+    holds the same tables as planning it one sequence at a time."""
+    from maskc import compiler
+
+    rng = np.random.default_rng(5)
+    prompts = rng.integers(0, 90, compiler.BIND_AT_ONCE + 5).tolist()
+    responses = [rng.integers(0, 40, rng.integers(0, 4)).tolist() for _ in prompts]
+    lengths = [p + sum(r) for p, r in zip(prompts, responses)]
+    cu = np.concatenate([[0], np.cumsum(lengths)])
+    plan = maskc.loads(REWARD, arch="sm_90a").plan(cu_seqlens=cu, prompt=prompts, responses=responses)
+    assert type(plan.tables[2]).__name__ == "BatchLayouts"
+    fresh = maskc.loads(REWARD, arch="sm_90a")
+    sequences = fresh.sequences(lengths, {"prompt": prompts, "responses": responses})
+    fresh._adopt(pickle.loads(pickle.dumps(plan)), SimpleNamespace(sequences=sequences, offsets=cu[:-1]))
+    desc, tables, layouts = fresh.compiled.tables(sequences, cu[:-1])
+    monkeypatch.setattr(compiler, "BIND_AT_ONCE", 10**9)  # every sequence bound by itself
+    expected = maskc.loads(REWARD, arch="sm_90a").compiled.tables(sequences, cu[:-1])
+    assert type(expected[2]) is list
+    for got, want in zip(tables.arrays_in_order(), expected[1].arrays_in_order()):
+        assert np.array_equal(got, want) and got.dtype == want.dtype
+    assert [lay.n for lay in layouts] == lengths and len(fresh.compiled._plans) == 1
+
+
 def test_a_plan_of_a_padded_batch_is_the_calls_plan():
     attn = maskc.loads(SHARED_PROMPT, arch="sm_90a")
     plan = attn.plan(batch=3, n=64)
