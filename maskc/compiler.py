@@ -258,8 +258,8 @@ def _values_key(sequences: list[dict[str, object]]) -> tuple:
     try:
         for name in names:
             column = [s.get(name) for s in sequences]
-            if all(type(v) is int for v in column):
-                columns.append((name, "int", np.array(column, dtype=np.int64).tobytes()))
+            if all(type(v) is int or isinstance(v, np.integer) for v in column):  # (numpy's ints: a value apiece)
+                columns.append((name, "int", np.array([int(v) for v in column], dtype=np.int64).tobytes()))
             elif all(type(v) is list and all(type(x) is int for x in v) for v in column):
                 sizes = np.array([len(v) for v in column], dtype=np.int64)
                 flat = np.array([x for v in column for x in v], dtype=np.int64)

@@ -10,6 +10,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import maskc
 from maskc.kernels import KernelOptions
@@ -384,3 +386,35 @@ def test_plan_takes_cu_seqlens_or_a_padded_shape(attn, kw, message):
 def test_plan_checks_runtime_values_as_the_call_does(attn):
     with pytest.raises(ValueError, match="unknown runtime parameter 'nope'"):
         attn.plan(cu_seqlens=[0, 64], nope=1)
+
+
+def _canonical(value):
+    """Runtime values as bind reads them: numpy's ints are ints, bools are not ints, lists and tuples alike."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, _canonical(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return ("list", tuple(_canonical(v) for v in value))
+    if isinstance(value, (bool, np.bool_)):
+        return ("bool", bool(value))
+    if isinstance(value, (int, np.integer)):
+        return ("int", int(value))
+    return (type(value).__name__, value)
+
+
+_leaf = st.one_of(st.integers(0, 2), st.integers(0, 2).map(np.int64), st.booleans(), st.just(1.0))
+_value = st.one_of(_leaf, st.lists(st.integers(0, 2), max_size=2), st.lists(_leaf, max_size=2).map(tuple))
+_batch = st.lists(st.dictionaries(st.sampled_from(["n", "a", "b"]), _value, max_size=3), max_size=3)
+
+
+@settings(max_examples=400, deadline=None)
+@given(first=_batch, second=_batch)
+def test_plan_keys_never_confuse_different_runtime_values(first, second):
+    """The plan cache's key (CompiledMask.plan_key): batches with equal keys hold the same values (so one plan
+    serves both), and equal values as the call builds them get equal keys."""
+    from maskc.compiler import CompiledMask, frozen_values
+
+    same_key = CompiledMask.plan_key(first) == CompiledMask.plan_key(second)
+    if same_key:
+        assert [_canonical(s) for s in first] == [_canonical(s) for s in second]
+    if [frozen_values(s) for s in first] == [frozen_values(s) for s in second]:  # the same values, types and all
+        assert same_key

@@ -4,10 +4,11 @@ A packed batch has a sequence per document or per group, often hundreds, with ne
 by one (`bind_sequence`, `concrete_layout`, `validate_values`), each cost ~7 us on the dev VM: most of the
 planning of a batch of short documents. Most masks' layouts have one of two forms: segments whose lengths are
 sums and products of scalar parameters and n, and families `R[i] = list[i]` of `len(list)` members. For those,
-this module checks the values in one loop, evaluates each segment's length for every sequence in one numpy
-call, and cuts the results into the same `SequenceValues` and `ConcreteLayout` objects.
+this module checks each parameter over the batch at once, evaluates each segment's length for every sequence in
+one numpy call, and keeps the results as columns (`layout.BatchLayouts`, `layout.BatchValues`): the planner reads
+those, and a sequence's `ConcreteLayout` or `SequenceValues` is made only where some code asks for it.
 
-It returns the per-sequence path's result exactly, or None: where the program's layout has another form, and
+Those objects are the per-sequence path's exactly; or bind_batch returns None: where the layout has another form, and
 where any value is out of the ordinary (a type, a range, a negative length, a layout that does not add up to n).
 The per-sequence path then binds the batch and reports the problem with its source location.
 """
