@@ -9,6 +9,7 @@ import hashlib
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -152,7 +153,9 @@ class CompiledMask:
 
     # -- planning -----------------------------------------------------------------------------------
 
-    def bind(self, sequences: list[dict[str, object]]) -> tuple[list[SequenceValues], list[ConcreteLayout]]:
+    def bind(self, sequences: list[dict[str, object]]) -> tuple[Sequence[SequenceValues], Sequence[ConcreteLayout]]:
+        """Every sequence's values checked and laid out: lists, or for a batch bound at once (layout_batch.py),
+        sequences of the same objects made on demand."""
         if len(sequences) >= BIND_AT_ONCE:
             at_once = bind_batch(self.program, sequences)
             if at_once is not None:
@@ -167,7 +170,8 @@ class CompiledMask:
             layouts.append(lay)
         return values, layouts
 
-    def plan(self, sequences: list[dict[str, object]]) -> tuple[Descriptor, list[ConcreteLayout], list[SequenceValues]]:
+    def plan(self, sequences: list[dict[str, object]]
+             ) -> tuple[Descriptor, Sequence[ConcreteLayout], Sequence[SequenceValues]]:
         values, layouts = self.bind(sequences)
         return plan(self.program, layouts, values, self.tiles), layouts, values
 
