@@ -202,7 +202,6 @@ class Attention:
                 raise ValueError("out= and lse= cannot be given when q, k or v requires grad or under torch.compile "
                                  "(autograd owns the outputs)")
             autograd.register()
-            self.compiled.build_backward_ahead()  # (its backward will come: build it while the forward runs)
             return autograd.attention_op(self, q, k, v, cu_seqlens, scale, return_lse, params)
         return self.forward(q, k, v, cu_seqlens=cu_seqlens, scale=scale, out=out, lse=lse, return_lse=return_lse,
                             **params)

@@ -129,6 +129,9 @@ def _define_ops() -> None:
     def setup_context(ctx, inputs, output):
         q, k, v, cu_seqlens, handle, scale, constants, names, values = inputs
         out, lse = output
+        attn = _attentions.get(handle)
+        if attn is not None:  # (a compiled model's calls never go through attention_op)
+            attn.compiled.build_backward_ahead()
         ctx.save_for_backward(q, k, v, out, lse, cu_seqlens, *values)
         ctx.call = (handle, scale, constants, names)
         ctx.mark_non_differentiable(lse)
@@ -152,8 +155,11 @@ def attention_op(attn, q, k, v, cu_seqlens, scale, return_lse: bool, params: dic
         raise RuntimeError(f"maskc's autograd and torch.compile support could not be set up with torch "
                            f"{torch.__version__} ({_unavailable}); call it under torch.no_grad() for the forward alone")
 
+    tracing = torch.compiler.is_compiling()
+    if not tracing:  # autograd records this call, so its backward will come: build it while the forward runs
+        attn.compiled.build_backward_ahead()  # (under torch.compile, setup_context does: Dynamo traces this)
     if cu_seqlens is not None and not isinstance(cu_seqlens, torch.Tensor):
         cu_seqlens = torch.as_tensor(cu_seqlens, dtype=torch.int64)
-    constants, names, values = split_values(params, torch.compiler.is_compiling())
+    constants, names, values = split_values(params, tracing)
     out, lse = torch.ops.maskc.attention(q, k, v, cu_seqlens, attn.handle, scale, constants, names, values)
     return (out, lse) if return_lse else out

@@ -240,7 +240,24 @@ def test_torch_compile_captures_the_call_and_new_runtime_values_do_not_recompile
         cu = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32)
         leaves = [x.clone().requires_grad_(True) for x in base]
         compiled(*leaves, cu, torch.tensor(window)).backward()
+        assert attn.compiled._backward_build is not None  # started by the op's setup_context while tracing
         eager = [x.clone().requires_grad_(True) for x in base]
         loss_of(*eager, cu, window).backward()
         assert_same_gradients(attn, [x.grad for x in leaves], [x.grad for x in eager], "compiled and eager differ")
     assert counter.frame_count == 1, f"compiled {counter.frame_count} times"
+
+
+def test_a_call_autograd_records_builds_the_backward_ahead():
+    """Its backward kernels start building in a thread when the forward is called (CompiledMask.build_backward_ahead);
+    a call under no_grad starts nothing."""
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    q, k, v = (torch.randn(1, 300, 2, 64, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(3))
+    quiet = maskc.load(EXAMPLES / "causal.mask", head_dim=64, arch=FAMILIES[-1])
+    with torch.no_grad():
+        quiet(q.requires_grad_(True), k, v)
+    assert quiet.compiled._backward_build is None
+    attn = maskc.load(EXAMPLES / "causal.mask", head_dim=64, arch=FAMILIES[-1])
+    out = attn(q, k, v)
+    assert attn.compiled._backward_build is not None
+    out.float().square().sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
