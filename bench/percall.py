@@ -60,8 +60,9 @@ def pieces() -> None:
         ("_call_key", lambda: runtime._call_key(q, k, v, None, None, None, None, {})),
         ("the prepared launches' look-up", lambda: attn._launches.get(key)),
         ("O like q (_empty_like, shape None)", lambda: runtime._empty_like(q, None, None)),
-        ("LSE by shape (_empty_like)", lambda: runtime._empty_like(q, prepared_call.lse_shape, "float32")),
+        ("LSE (the launch's new_lse)", lambda: prepared_call.new_lse(q)),
         ("current_stream_handle", lambda: launch.current_stream_handle(q)),
+        ("the launch's current_stream", prepared_call.current_stream),
         ("work_counter", lambda: launch.work_counter(0, stream)),
         ("PreparedLaunch.launch", lambda: prepared.launch(stream, out.data_ptr(), lse.data_ptr())),
     ])

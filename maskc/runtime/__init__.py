@@ -8,9 +8,11 @@ after the producers of q, k and v like any other operation on that stream.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -20,7 +22,7 @@ from maskc.compiler import CompiledMask, frozen_values
 from maskc.diagnostics import Span, ValueProblem, value_problem
 from maskc.kernels import abi
 from maskc.plan.by_key import KeyTables, long_items
-from maskc.runtime.launch import PreparedLaunch, cupy_stream, current_stream_handle
+from maskc.runtime.launch import PreparedLaunch, cupy_stream, current_stream_handle, current_stream_of
 from maskc.runtime.tensor_maps import grid_box_map, tensor_map
 
 _ELEMENT_BYTES = 2
@@ -203,6 +205,10 @@ class Attention:
                                  "(autograd owns the outputs)")
             autograd.register()
             return autograd.attention_op(self, q, k, v, cu_seqlens, scale, return_lse, params)
+        repeated = self._repeated(q, k, v, cu_seqlens, scale, out, lse, plain_values(params) if params else params,
+                                  return_lse)
+        if repeated is not None:
+            return repeated
         return self.forward(q, k, v, cu_seqlens=cu_seqlens, scale=scale, out=out, lse=lse, return_lse=return_lse,
                             **params)
 
@@ -213,16 +219,22 @@ class Attention:
         params = plain_values(params)
         if plan is not None:
             self._adopt(plan, self._inputs(q, k, v, cu_seqlens, scale, params))
-        key = _call_key(q, k, v, cu_seqlens, scale, out, lse, params)
-        prepared = self._launches.get(key) if key is not None else None
-        if prepared is not None:
-            return prepared.run(q, out, lse, return_lse)
+        repeated = self._repeated(q, k, v, cu_seqlens, scale, out, lse, params, return_lse)
+        if repeated is not None:
+            return repeated
         result = self._call(q, k, v, cu_seqlens, scale, out, lse, params)
+        key = _call_key(q, k, v, cu_seqlens, scale, out, lse, params)
         if key is not None and result.launch is not None:
             self._launches[key] = result.launch
             if len(self._launches) > _PREPARED_LAUNCHES:
                 self._launches.popitem(last=False)
         return result.outputs(return_lse)
+
+    def _repeated(self, q, k, v, cu_seqlens, scale, out, lse, params, return_lse: bool):
+        """The outputs of a call whose signature has a prepared launch (no checks, no planning), else None."""
+        key = _call_key(q, k, v, cu_seqlens, scale, out, lse, params)
+        prepared = self._launches.get(key) if key is not None else None
+        return None if prepared is None else prepared.run(q, out, lse, return_lse)
 
     def _inputs(self, q, k, v, cu_seqlens, scale, params) -> _Inputs:
         """q, k, v, cu_seqlens, scale and runtime values, checked (a ValueError names what is wrong)."""
@@ -281,7 +293,7 @@ class Attention:
         to, tl = _outputs(tq, out, lse, x.lse_shape)
         launch = self._prepare(tq, tk, tv, to, tl, x.packed, desc, tables, x.scale, x.lse_shape, caller_out, caller_lse)
         if launch is not None:
-            launch.launch(tq.obj, to.obj, tl.obj)
+            launch.launch(to.obj, tl.obj)
         return _Result(launch, to.obj, tl.obj)
 
     def backward(self, q, k, v, out, lse, d_out, *, cu_seqlens=None, scale: float | None = None,
@@ -402,8 +414,7 @@ class Attention:
             function = getattr(kernel, "kernel", kernel)
         prepared = PreparedLaunch(function.ptr, cupy.cuda.Device(tq.device), grid, family.threads, shared,
                                   family.forward_args, args, ("o", "lse"), device_tables, cupy_kernel=kernel)
-        return _Launch(prepared, tuple(tq.shape), lse_shape, caller_out, caller_lse,
-                       out_like_q=tq.strides == _contiguous_strides(tq.shape))
+        return _Launch.of(prepared, tq, lse_shape, caller_out, caller_lse)
 
 
 @dataclass(frozen=True)
@@ -511,35 +522,53 @@ def _through_torch_op(q, k, v) -> bool:
         return False
     import torch
 
-    if torch.compiler.is_compiling():
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return True
-    return torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
+    return torch.compiler.is_compiling()
 
 
 @dataclass
 class _Launch:
-    """A launch prepared for one call signature, and the shapes of the outputs a call without buffers gets."""
+    """A launch prepared for one call signature, and how a repeated call makes its outputs and finds its stream:
+    functions of this signature's library and device, chosen once (`of`), since a repeated call's host time is
+    the budget (issue 5: 15 us)."""
 
     prepared: PreparedLaunch
-    out_shape: tuple
-    lse_shape: tuple
     caller_out: bool
     caller_lse: bool
-    out_like_q: bool  # q is contiguous, so empty_like(q) is laid out as the packed O strides say
+    current_stream: Callable[[], int]
+    pointer: Callable[[object], int]
+    new_out: Callable[[object], object]  # of q
+    new_lse: Callable[[object], object]  # of q
 
-    def launch(self, q, out, lse) -> None:
-        """Launch on q's current stream, writing `out` and `lse` (None: the kernel writes no LSE)."""
-        self.prepared.launch(current_stream_handle(q), None if self.caller_out else _pointer(out),
-                             None if self.caller_lse else 0 if lse is None else _pointer(lse))
+    @staticmethod
+    def of(prepared: PreparedLaunch, tq: _Tensor, lse_shape: tuple, caller_out: bool, caller_lse: bool) -> "_Launch":
+        out_like_q = tq.strides == _contiguous_strides(tq.shape)  # empty_like(q) is then laid out as O's strides say
+        if tq.library == "torch":
+            import torch
+
+            new_out = torch.empty_like if out_like_q else (lambda q: torch.empty(tq.shape, dtype=q.dtype, device=q.device))
+            pointer = torch.Tensor.data_ptr
+        else:
+            new_out = functools.partial(_empty_like, shape=None if out_like_q else tq.shape, dtype=None)
+            pointer = _pointer
+        new_lse = functools.partial(_empty_like, shape=lse_shape, dtype="float32")
+        return _Launch(prepared, caller_out, caller_lse, current_stream_of(tq.library, tq.device), pointer, new_out,
+                       new_lse)
+
+    def launch(self, out, lse) -> None:
+        """Launch on the current stream, writing `out` and `lse` (None: the kernel writes no LSE)."""
+        self.prepared.launch(self.current_stream(), None if self.caller_out else self.pointer(out),
+                             None if self.caller_lse else 0 if lse is None else self.pointer(lse))
 
     def run(self, q, out, lse, return_lse: bool):
         """A repeated call: new outputs unless the caller gave them (LSE only when it is returned: an
         allocation is a quarter of a repeated call's host time), then the launch."""
         if out is None:
-            out = _empty_like(q, None if self.out_like_q else self.out_shape, None)
+            out = self.new_out(q)
         if lse is None and return_lse:
-            lse = _empty_like(q, self.lse_shape, "float32")
-        self.launch(q, out, lse)
+            lse = self.new_lse(q)
+        self.launch(out, lse)
         return (out, lse) if return_lse else out
 
 
@@ -563,8 +592,12 @@ def _call_key(q, k, v, cu_seqlens, scale, out, lse, params) -> tuple | None:
     by the tensor itself and its version counter (an in-place torch update changes it); the prepared
     launch keeps the tensor alive, so its id is not reused while cached."""
     try:
-        parts = [_tensor_key(q), _tensor_key(k), _tensor_key(v), scale,
-                 None if out is None else _tensor_key(out), None if lse is None else _tensor_key(lse)]
+        if type(q).__module__.startswith("torch"):  # the usual call, spelled out (a repeated call has ~15 us)
+            tensors = (q.data_ptr(), q.shape, q.stride(), q.dtype, q.device, k.data_ptr(), k.shape, k.stride(),
+                       k.dtype, k.device, v.data_ptr(), v.shape, v.stride(), v.dtype, v.device)
+        else:
+            tensors = _tensor_key(q) + _tensor_key(k) + _tensor_key(v)
+        parts = [scale, None if out is None else _tensor_key(out), None if lse is None else _tensor_key(lse)]
         if cu_seqlens is not None:
             mod = type(cu_seqlens).__module__
             if mod.startswith("torch"):
@@ -577,9 +610,9 @@ def _call_key(q, k, v, cu_seqlens, scale, out, lse, params) -> tuple | None:
                 return None
         if params:
             parts.append(frozen_values(params))
-        key = tuple(parts)
-        hash(key)
-        return key
+        rest = tuple(parts)
+        hash(rest)  # (the tensors' part always hashes)
+        return tensors + rest
     except (TypeError, AttributeError, ValueError):  # unusual inputs: the checked path says what is wrong
         return None
 

@@ -1,0 +1,114 @@
+"""A repeated call's Python glue, measured without a GPU: `attn(q, k, v)` on CPU tensors through the real fast path
+(`_call_key`, the prepared launches' look-up, `_Launch.run`, `PreparedLaunch.launch` with its lock, output slots
+and scheduler counter), with the three things that need a GPU faked: the driver's launch, CuPy's device context
+and the stream handle. On the H200 those add ~7 us (bench/percall.py: cuLaunchKernel 5.7-6.6, the device context
+1.05, the stream 0.5) to what this measures. It also checks the fast path's control flow (outputs, pointers).
+
+Needs torch (any build; no GPU is used) besides maskc's own dependencies:
+
+    python bench/percall_cpu.py
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+
+import maskc
+from maskc import runtime
+from maskc.runtime import launch
+
+CAUSAL = Path(__file__).resolve().parents[1] / "examples" / "causal.mask"
+STREAM = 7
+
+
+class _NoDevice:
+    """Stands for CuPy's device context."""
+
+    id = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _tensor(x) -> runtime._Tensor:
+    return runtime._Tensor("q", "torch", tuple(x.shape), tuple(x.stride()), "bf16", 0, x.data_ptr(), False, x)
+
+
+def fake_prepared(attn) -> launch.PreparedLaunch:
+    family = attn.compiled.options.family
+    values = tuple({"words": [0] * 16} if a.kind == "tensor_map" else 0 for a in family.forward_args)
+    launch._work_counters._pools[0] = SimpleNamespace(data=SimpleNamespace(ptr=1 << 20))
+    prepared = launch.PreparedLaunch(0, _NoDevice(), 132, family.threads, 1024, family.forward_args, values,
+                                     ("o", "lse"), None)
+    done = prepared._success
+    prepared._driver = SimpleNamespace(cuLaunchKernel=lambda *args: (done,))
+    return prepared
+
+
+def prepare(attn, prepared, q, k, v, out=None, lse_shape=(1, 16, 1024), **keys) -> None:
+    """Cache a launch for this call signature, as a first (checked) call would."""
+    made = runtime._Launch.of(prepared, _tensor(q), lse_shape, out is not None, False)
+    made.current_stream = lambda: STREAM
+    attn._launches[runtime._call_key(q, k, v, keys.get("cu_seqlens"), None, out, None, keys.get("params", {}))] = made
+
+
+def per_call(fn, inner: int = 2000, outer: int = 30) -> float:
+    for _ in range(inner):
+        fn()
+    times = []
+    for _ in range(outer):
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        times.append((time.perf_counter() - start) / inner * 1e6)
+    return statistics.median(times)
+
+
+def check_control_flow(attn, prepared, q, k, v) -> None:
+    calls = []
+    timed_launch = prepared.launch
+    prepared.launch = lambda stream, out_ptr=None, lse_ptr=None: calls.append((stream, out_ptr, lse_ptr))
+    try:
+        o = attn(q, k, v)
+        assert o.shape == q.shape and o.dtype == q.dtype and calls[-1] == (STREAM, o.data_ptr(), 0)
+        o, lse = attn(q, k, v, return_lse=True)
+        assert lse.shape == (1, 16, 1024) and lse.dtype == torch.float32
+        assert calls[-1] == (STREAM, o.data_ptr(), lse.data_ptr())
+        strided = q.transpose(1, 2).contiguous().transpose(1, 2)  # O by shape: contiguous, unlike q
+        prepare(attn, prepared, strided, k, v)
+        o = attn(strided, k, v)
+        assert o.shape == strided.shape and o.is_contiguous() and calls[-1] == (STREAM, o.data_ptr(), 0)
+        out = torch.empty_like(q)  # the caller's buffer: its pointer is the launch's own
+        prepare(attn, prepared, q, k, v, out=out)
+        assert attn(q, k, v, out=out) is out and calls[-1] == (STREAM, None, 0)
+    finally:
+        prepared.launch = timed_launch
+
+
+def main() -> None:
+    attn = maskc.load(CAUSAL, arch="sm_90a")
+    q, k, v = (torch.randn(1, 1024, 16, 128, dtype=torch.bfloat16) for _ in range(3))
+    prepared = fake_prepared(attn)
+    prepare(attn, prepared, q, k, v)
+    check_control_flow(attn, prepared, q, k, v)
+    rows = [("attn(q, k, v)", lambda: attn(q, k, v)),
+            ("attn(q, k, v, return_lse=True)", lambda: attn(q, k, v, return_lse=True)),
+            ("_through_torch_op", lambda: runtime._through_torch_op(q, k, v)),
+            ("_call_key", lambda: runtime._call_key(q, k, v, None, None, None, None, {})),
+            ("torch.empty_like(q)", lambda: torch.empty_like(q)),
+            ("PreparedLaunch.launch (faked driver)", lambda: prepared.launch(STREAM, 1, 0))]
+    print(f"torch {torch.__version__}; us per call, median of 30 loops of 2000")
+    for name, fn in rows:
+        print(f"{name:40s} {per_call(fn):7.3f}")
+
+
+if __name__ == "__main__":
+    main()
