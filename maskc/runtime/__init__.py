@@ -547,12 +547,14 @@ class _Launch:
         if tq.library == "torch":
             import torch
 
-            new_out = torch.empty_like if out_like_q else (lambda q: torch.empty(tq.shape, dtype=q.dtype, device=q.device))
+            device, dtype = tq.obj.device, tq.obj.dtype
+            new_out = torch.empty_like if out_like_q else (lambda q: torch.empty(tq.shape, dtype=dtype, device=device))
+            new_lse = lambda q: torch.empty(lse_shape, dtype=torch.float32, device=device)  # noqa: E731
             pointer = torch.Tensor.data_ptr
         else:
             new_out = functools.partial(_empty_like, shape=None if out_like_q else tq.shape, dtype=None)
+            new_lse = functools.partial(_empty_like, shape=lse_shape, dtype="float32")
             pointer = _pointer
-        new_lse = functools.partial(_empty_like, shape=lse_shape, dtype="float32")
         return _Launch(prepared, caller_out, caller_lse, current_stream_of(tq.library, tq.device), pointer, new_out,
                        new_lse)
 
