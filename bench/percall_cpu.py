@@ -11,8 +11,10 @@ Needs torch (any build; no GPU is used) besides maskc's own dependencies:
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
+import weakref
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -89,6 +91,12 @@ def check_control_flow(attn, prepared, q, k, v) -> None:
         out = torch.empty_like(q)  # the caller's buffer: its pointer is the launch's own
         prepare(attn, prepared, q, k, v, out=out)
         assert attn(q, k, v, out=out) is out and calls[-1] == (STREAM, None, 0)
+        first = q.transpose(1, 2).contiguous().transpose(1, 2)  # a cached launch keeps no tensor of its first call
+        prepare(attn, prepared, first, k, v)
+        gone = weakref.ref(first)
+        del first
+        gc.collect()
+        assert gone() is None, "a prepared launch holds its first call's q"
     finally:
         prepared.launch = timed_launch
 

@@ -543,16 +543,17 @@ class _Launch:
 
     @staticmethod
     def of(prepared: PreparedLaunch, tq: _Tensor, lse_shape: tuple, caller_out: bool, caller_lse: bool) -> "_Launch":
-        out_like_q = tq.strides == _contiguous_strides(tq.shape)  # empty_like(q) is then laid out as O's strides say
+        # (Nothing here may hold the first call's tensors: a prepared launch lives as long as the cache keeps it.)
+        shape, out_like_q = tq.shape, tq.strides == _contiguous_strides(tq.shape)  # empty_like(q) is laid out as O is
         if tq.library == "torch":
             import torch
 
             device, dtype = tq.obj.device, tq.obj.dtype
-            new_out = torch.empty_like if out_like_q else (lambda q: torch.empty(tq.shape, dtype=dtype, device=device))
+            new_out = torch.empty_like if out_like_q else (lambda q: torch.empty(shape, dtype=dtype, device=device))
             new_lse = lambda q: torch.empty(lse_shape, dtype=torch.float32, device=device)  # noqa: E731
             pointer = torch.Tensor.data_ptr
         else:
-            new_out = functools.partial(_empty_like, shape=None if out_like_q else tq.shape, dtype=None)
+            new_out = functools.partial(_empty_like, shape=None if out_like_q else shape, dtype=None)
             new_lse = functools.partial(_empty_like, shape=lse_shape, dtype="float32")
             pointer = _pointer
         return _Launch(prepared, caller_out, caller_lse, current_stream_of(tq.library, tq.device), pointer, new_out,
