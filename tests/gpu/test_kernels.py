@@ -248,6 +248,31 @@ def test_a_repeated_call_that_does_not_return_lse_writes_none(arch):
         mine.fill_(float("nan"))
 
 
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_a_repeated_call_with_a_strided_q_is_right_and_the_launch_keeps_no_tensor(arch):
+    """q not contiguous: a repeated call's O is allocated by shape (contiguous), and is right; the prepared launch
+    holds none of the first call's tensors (it lives as long as the cache keeps it)."""
+    import gc
+    import weakref
+
+    attn = maskc.load(EXAMPLES / "causal.mask", head_dim=128, dtype="bf16", arch=arch)
+    gen = torch.Generator(device="cuda").manual_seed(8)
+    q = torch.randn(1, 4, 500, 128, device="cuda", dtype=torch.bfloat16, generator=gen).transpose(1, 2)
+    k, v = (torch.randn(1, 500, 4, 128, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(2))
+    first = attn(q, k, v)
+    again, lse = attn(q, k, v, return_lse=True)  # the prepared launch
+    assert again.is_contiguous() and again.data_ptr() != first.data_ptr()
+    torch.testing.assert_close(again, first, rtol=0, atol=0)
+    expected, expected_lse = maskc.load(EXAMPLES / "causal.mask", head_dim=128, dtype="bf16", arch=arch)(
+        q.contiguous(), k, v, return_lse=True)
+    torch.testing.assert_close(again, expected, rtol=0, atol=0)
+    torch.testing.assert_close(lse, expected_lse, rtol=0, atol=0)
+    gone = weakref.ref(q)
+    del q
+    gc.collect()
+    assert gone() is None, "the prepared launch holds the first call's q"
+
+
 @pytest.mark.skipif("sm_90a" not in FAMILIES, reason="a Hopper-family option")
 @pytest.mark.parametrize("name", ["causal", "document", "clear_text", "rm_shared"])
 def test_example_hopper_three_kv_stages(name):
