@@ -138,7 +138,8 @@ class CompiledMask:
         """Start building the backward kernels in a thread, for a call whose backward will come (its inputs require
         grad). NVRTC releases the GIL, so the forward's build and launch run meanwhile: a training step's first call
         waits for the slower of the two builds, not their sum (dev VM: 0.67 s against 1.31). A failed build raises
-        where the backward asks for it. Nothing to do when they are built, building or absent."""
+        where the backward asks for it; a process that exits meanwhile waits for the build to end (it is on disk for
+        the next one). Nothing to do when they are built, building or absent."""
         if self._backward_build is not None or self.options.backward is None or "backward_cubin" in self.__dict__:
             return
         with _building:
