@@ -265,7 +265,7 @@ def _values_key(sequences: list[dict[str, object]]) -> tuple:
             column = [s.get(name) for s in sequences]
             if all(type(v) is int or isinstance(v, np.integer) for v in column):  # (numpy's ints: a value apiece)
                 columns.append((name, "int", np.array([int(v) for v in column], dtype=np.int64).tobytes()))
-            elif all(type(v) is list and all(type(x) is int for x in v) for v in column):
+            elif all(type(v) in (list, tuple) and all(type(x) is int for x in v) for v in column):  # (as frozen_values)
                 sizes = np.array([len(v) for v in column], dtype=np.int64)
                 flat = np.array([x for v in column for x in v], dtype=np.int64)
                 columns.append((name, "list of int", sizes.tobytes(), flat.tobytes()))

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import maskc
@@ -408,6 +408,7 @@ _batch = st.lists(st.dictionaries(st.sampled_from(["n", "a", "b"]), _value, max_
 
 @settings(max_examples=400, deadline=None)
 @given(first=_batch, second=_batch)
+@example(first=[{"n": [], "a": [], "b": 0}], second=[{"n": [], "a": (), "b": 0}])  # a list and a tuple key alike
 def test_plan_keys_never_confuse_different_runtime_values(first, second):
     """The plan cache's key (CompiledMask.plan_key): batches with equal keys hold the same values (so one plan
     serves both), and equal values as the call builds them get equal keys."""
@@ -418,3 +419,18 @@ def test_plan_keys_never_confuse_different_runtime_values(first, second):
         assert [_canonical(s) for s in first] == [_canonical(s) for s in second]
     if [frozen_values(s) for s in first] == [frozen_values(s) for s in second]:  # the same values, types and all
         assert same_key
+
+
+@settings(max_examples=300, deadline=None)
+@given(batch=_batch, flips=st.randoms(use_true_random=False))
+def test_plan_keys_of_the_same_values_agree_whether_lists_or_tuples(batch, flips):
+    """Values that bind alike key alike: a list and a tuple of the same entries (frozen_values' own rule)."""
+    from maskc.compiler import CompiledMask
+
+    def flip(value):
+        if isinstance(value, (list, tuple)) and flips.random() < 0.5:
+            return (tuple if isinstance(value, list) else list)(value)
+        return value
+
+    other = [{name: flip(value) for name, value in s.items()} for s in batch]
+    assert CompiledMask.plan_key(other) == CompiledMask.plan_key(batch)
