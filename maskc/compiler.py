@@ -185,28 +185,34 @@ class CompiledMask:
     @staticmethod
     def plan_key(sequences: list[dict[str, object]], token_offsets: np.ndarray | None = None) -> tuple:
         """The runtime values a plan is made for, as the plan cache keys them."""
-        offsets = np.zeros(len(sequences), dtype=np.int64) if token_offsets is None else np.asarray(token_offsets, np.int64)
-        return _values_key(sequences), offsets.tobytes()
+        return _values_key(sequences), _token_offsets(sequences, token_offsets).tobytes()
 
     def adopt(self, key: tuple, tables: tuple[Descriptor, KernelTables, list[ConcreteLayout]],
               by_key_tables: KeyTables | None = None) -> None:
         """Cache a plan made elsewhere (`maskc.runtime.Plan`: in another process, say) for the runtime values
         `key` (plan_key), with its backward tables if it has them, as if `tables` had made it here."""
+        self._keep_plan(key, tables)
+        if by_key_tables is not None:
+            self._keep_key_tables(tables[0], by_key_tables)
+
+    def _keep_plan(self, key: tuple, tables: tuple) -> None:
+        """The plan cache, most recent last, PLAN_CACHE_SIZE plans at most."""
         self._plans[key] = tables
         self._plans.move_to_end(key)
         if len(self._plans) > PLAN_CACHE_SIZE:
             self._plans.popitem(last=False)
-        if by_key_tables is not None:
-            if len(self._key_tables) > PLAN_CACHE_SIZE:
-                self._key_tables.clear()
-            self._key_tables[id(tables[0])] = (tables[0], by_key_tables)
+
+    def _keep_key_tables(self, desc: Descriptor, by_key_tables: KeyTables) -> None:
+        if len(self._key_tables) > PLAN_CACHE_SIZE:
+            self._key_tables.clear()
+        self._key_tables[id(desc)] = (desc, by_key_tables)  # holds desc, so its id is not reused while cached
 
     def tables(self, sequences: list[dict[str, object]], token_offsets: np.ndarray | None = None,
                key: tuple | None = None) -> tuple[Descriptor, KernelTables, list[ConcreteLayout]]:
         """Descriptor and kernel tables for these runtime values; cached by the values as given, so that a
         repeated call costs a lookup, not a layout of every sequence (changing a value never recompiles).
         `key`: their plan_key, where the caller has it already."""
-        offsets = np.zeros(len(sequences), dtype=np.int64) if token_offsets is None else np.asarray(token_offsets, np.int64)
+        offsets = _token_offsets(sequences, token_offsets)
         key = self.plan_key(sequences, offsets) if key is None else key
         hit = self._plans.get(key)
         if hit is not None:
@@ -218,9 +224,7 @@ class CompiledMask:
             result = (desc, kernel_tables(self.code, desc, layouts, values, offsets), layouts)
         except ValueProblem as exc:
             raise exc.with_source(self.program.source) from None
-        self._plans[key] = result
-        if len(self._plans) > PLAN_CACHE_SIZE:
-            self._plans.popitem(last=False)
+        self._keep_plan(key, result)
         return result
 
     def key_tables(self, desc: Descriptor, tables: KernelTables) -> KeyTables:
@@ -229,10 +233,13 @@ class CompiledMask:
         if hit is not None and hit[0] is desc:
             return hit[1]
         result = key_tables(by_key(desc), tables.kinds.dtype)
-        if len(self._key_tables) > PLAN_CACHE_SIZE:
-            self._key_tables.clear()
-        self._key_tables[id(desc)] = (desc, result)  # holds desc, so its id is not reused while cached
+        self._keep_key_tables(desc, result)
         return result
+
+
+def _token_offsets(sequences: list, token_offsets: np.ndarray | None) -> np.ndarray:
+    """Where each sequence's tokens begin in the call's tensors: as given, or 0 for every sequence."""
+    return np.zeros(len(sequences), dtype=np.int64) if token_offsets is None else np.asarray(token_offsets, np.int64)
 
 
 _building = threading.Lock()
