@@ -148,6 +148,13 @@ def entries_per_sequence(layouts: Sequence[ConcreteLayout]) -> np.ndarray:
     return np.array([len(lay.starts) for lay in layouts], dtype=np.int64)
 
 
+def joined_grid_dims(layouts: Sequence[ConcreteLayout]) -> np.ndarray:
+    """int64 [C, 3]: entry_grid_dims of every layout of a batch, end to end."""
+    if isinstance(layouts, BatchLayouts):  # (whose layouts have no grids)
+        return np.ones((len(layouts.starts), 3), dtype=np.int64)
+    return np.concatenate([entry_grid_dims(lay) for lay in layouts] + [np.zeros((0, 3), np.int64)])
+
+
 def scalar_column(values: Sequence[SequenceValues], name: str) -> np.ndarray:
     """One scalar parameter's value in every sequence."""
     if isinstance(values, BatchValues):

@@ -32,12 +32,11 @@ from maskc.plan.arrays import distinct, expand, stable_order
 from maskc.plan.exact import pair_env, regions_visible, visible
 from maskc.plan.intervals import ArrayTable, IntervalEvaluator, IntRange
 from maskc.plan.layout import (
-    BatchLayouts,
     ConcreteLayout,
     SequenceValues,
     entries_per_sequence,
-    entry_grid_dims,
     joined,
+    joined_grid_dims,
     scalar_column,
     segment_bounds,
     segment_facts,
@@ -204,9 +203,7 @@ class _Batch:
     @cached_property
     def grid(self) -> np.ndarray:
         """int64 [C, 3]: (t, y, x) dimensions of the grid a concrete segment is, else (1, 1, 1)."""
-        if isinstance(self.layouts, BatchLayouts):  # (which has no grids)
-            return np.ones((len(self.starts), 3), dtype=np.int64)
-        return np.concatenate([entry_grid_dims(lay) for lay in self.layouts] + [np.zeros((0, 3), np.int64)])
+        return joined_grid_dims(self.layouts)
 
 
 def _visible_batch(program: ir.Program, batch: _Batch, seq: np.ndarray, q: np.ndarray, k: np.ndarray,
