@@ -160,10 +160,7 @@ class Attention:
         if (cu_seqlens is None) != padded or (padded and (batch is None or n is None)):
             raise ValueError("plan() takes cu_seqlens (a packed batch) or batch and n (a padded one)")
         if cu_seqlens is not None:
-            cu = _host_ints(cu_seqlens, "cu_seqlens")
-            if len(cu) < 1 or cu[0] != 0 or np.any(np.diff(cu) < 0):
-                raise ValueError(f"cu_seqlens must start at 0 and never decrease, got {cu.tolist()}")
-            lengths, offsets = np.diff(cu).tolist(), cu[:-1]
+            lengths, offsets = _packed(cu_seqlens)
         else:
             if not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 0 for x in (batch, n)):
                 raise ValueError(f"batch and n must be non-negative integers, got {batch!r} and {n!r}")
@@ -267,12 +264,7 @@ class Attention:
             raise ValueError(f"scale must be a positive finite number, got {scale}")
 
         if packed:
-            cu = _host_ints(cu_seqlens, "cu_seqlens")
-            total = tq.shape[0]
-            if len(cu) < 1 or cu[0] != 0 or np.any(np.diff(cu) < 0) or cu[-1] != total:
-                raise ValueError(f"cu_seqlens must start at 0, never decrease and end at T = {total}, got {cu.tolist()}")
-            lengths = np.diff(cu).tolist()
-            offsets = cu[:-1]
+            lengths, offsets = _packed(cu_seqlens, tq.shape[0])
         else:
             lengths = [tq.shape[1]] * tq.shape[0]
             offsets = np.zeros(len(lengths), dtype=np.int64)
@@ -508,6 +500,16 @@ def _grid_box_maps(compiled, packed, seq_table, tensors) -> dict[str, object] | 
     if len(steps) != 1:  # one box_seq_tokens serves every map
         return None
     return maps | {"grid_boxes": 1, "box_seq_tokens": steps.pop()}
+
+
+def _packed(cu_seqlens, total: int | None = None) -> tuple[list[int], np.ndarray]:
+    """(lengths, token offsets) of a packed batch from its cu_seqlens, checked: from 0, never decreasing, and ending
+    at the tensors' token count T where there are tensors."""
+    cu = _host_ints(cu_seqlens, "cu_seqlens")
+    if len(cu) < 1 or cu[0] != 0 or np.any(np.diff(cu) < 0) or (total is not None and cu[-1] != total):
+        rule = "start at 0 and never decrease" if total is None else f"start at 0, never decrease and end at T = {total}"
+        raise ValueError(f"cu_seqlens must {rule}, got {cu.tolist()}")
+    return np.diff(cu).tolist(), cu[:-1]
 
 
 def _lse_strides(tq: _Tensor, packed: bool) -> tuple[int, int]:
