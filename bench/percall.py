@@ -4,6 +4,7 @@ figure itself). Causal attention, N = 1024, 16 heads, head dim 128, bf16, on the
     python bench/percall.py pieces        # each piece of the fast path timed alone, and the whole call
     python bench/percall.py alternatives  # other ways to do the same pieces (allocation, keys, launch)
     python bench/percall.py harness       # the harness's measure: host time of each call, packed, no_grad
+    python bench/percall.py backward      # attn.backward repeated and checked, and an autograd step, per pass
 
 Timings are medians of `outer` loops of `inner` calls (us per call), with a synchronize before each loop. The
 host side of these machines moves by several us between runs: compare builds alternately, in one call.
@@ -69,6 +70,8 @@ def pieces() -> None:
 
 
 def alternatives() -> None:
+    from cuda.bindings import driver
+
     attn = maskc.load(CAUSAL, head_dim=128, dtype="bf16")
     q, k, v = (torch.randn(1, 1024, 16, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     attn(q, k, v)
@@ -79,8 +82,10 @@ def alternatives() -> None:
     cu_launch = ctypes.CDLL("libcuda.so.1").cuLaunchKernel  # no argtypes: the arguments are ctypes values already
     cu_launch.restype = ctypes.c_int
     one = ctypes.c_uint(1)
-    prebuilt = (ctypes.c_void_p(int(prepared._function)), ctypes.c_uint(prepared.grid), one, one,
-                ctypes.c_uint(prepared.threads), one, one, ctypes.c_uint(prepared.shared), ctypes.c_void_p(stream),
+    kernel = prepared.kernels[0]
+    function = driver.CUfunction(kernel.function_handle)
+    prebuilt = (ctypes.c_void_p(kernel.function_handle), ctypes.c_uint(kernel.grid), one, one,
+                ctypes.c_uint(kernel.threads), one, one, ctypes.c_uint(kernel.shared), ctypes.c_void_p(stream),
                 ctypes.c_void_p(addresses), ctypes.c_void_p(0))
     shape, lse_shape = tuple(q.shape), (1, 16, 1024)
     report([
@@ -92,9 +97,8 @@ def alternatives() -> None:
         ("tensor key with .device", lambda: (q.data_ptr(), q.shape, q.stride(), q.dtype, q.device)),
         ("tensor key with .get_device()", lambda: (q.data_ptr(), q.shape, q.stride(), q.dtype, q.get_device())),
         ("torch.compiler.is_compiling()", torch.compiler.is_compiling),
-        ("cuda-bindings cuLaunchKernel", lambda: prepared._driver.cuLaunchKernel(
-            prepared._function, prepared.grid, 1, 1, prepared.threads, 1, 1, prepared.shared, launch._stream(stream),
-            addresses, 0)),
+        ("cuda-bindings cuLaunchKernel", lambda: driver.cuLaunchKernel(
+            function, kernel.grid, 1, 1, kernel.threads, 1, 1, kernel.shared, launch._stream(stream), addresses, 0)),
         ("ctypes cuLaunchKernel, prebuilt arguments", lambda: cu_launch(*prebuilt)),
         ("with the launch's cupy Device", lambda: _enter(prepared.device)),
         ("torch.cuda.current_device()", torch.cuda.current_device),
@@ -130,10 +134,34 @@ def harness_style(rounds: int = 5, calls: int = 200) -> None:
             print(f"host {1e6 * statistics.median(host):6.1f} us  loop {1e6 * loop:6.1f} us", flush=True)
 
 
+def backward() -> None:
+    """The backward's host time per call (a repeated call launches what the first prepared; a checked one finds
+    the plan and its tables cached, but checks, packs and loads again), and a whole autograd step of a repeated
+    call (forward through the custom op, then backward), for the default pass and the deterministic one."""
+    for kernels in ("hopper_fused", "hopper"):
+        attn = maskc.load(CAUSAL, head_dim=128, dtype="bf16", backward_kernels=kernels)
+        q, k, v, d_out = (torch.randn(1, 1024, 16, 128, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+        out, lse = attn(q, k, v, return_lse=True)
+        leaf = q.clone().requires_grad_(True)
+
+        def checked():
+            attn._backward_launches.clear()
+            attn.backward(q, k, v, out, lse, d_out)
+
+        def step():
+            attn(leaf, k, v).backward(d_out)
+
+        print(f"-- {kernels}")
+        report([("attn.backward, repeated", lambda: attn.backward(q, k, v, out, lse, d_out)),
+                ("attn.backward, checked (plan cached)", checked),
+                ("autograd step: attn(leaf, k, v).backward(d_out)", step)])
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=("pieces", "alternatives", "harness"))
-    {"pieces": pieces, "alternatives": alternatives, "harness": harness_style}[ap.parse_args().what]()
+    ap.add_argument("what", choices=("pieces", "alternatives", "harness", "backward"))
+    {"pieces": pieces, "alternatives": alternatives, "harness": harness_style,
+     "backward": backward}[ap.parse_args().what]()
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
-"""A repeated call's Python glue, measured without a GPU: `attn(q, k, v)` on CPU tensors through the real fast path
-(`_call_key`, the prepared launches' look-up, `_Launch.run`, `PreparedLaunch.launch` with its lock, output slots
-and scheduler counter), with the three things that need a GPU faked: the driver's launch, CuPy's device context
-and the stream handle. On the H200 those add ~7 us (bench/percall.py: cuLaunchKernel 5.7-6.6, the device context
-1.05, the stream 0.5) to what this measures. It also checks the fast path's control flow (outputs, pointers).
+"""A repeated call's Python glue, measured without a GPU: `attn(q, k, v)` and `attn.backward(...)` on CPU tensors
+through the real fast paths (`_call_key`, the prepared launches' look-up, `_Launch.run` or `_BackwardLaunch.run`,
+`PreparedLaunch.launch` with its lock, slots and scheduler counter), with the three things that need a GPU faked:
+the driver's launch, CuPy's device context and the stream handle. On the H200 those add ~7 us a kernel
+(bench/percall.py: cuLaunchKernel 5.7-6.6, the device context 1.05, the stream 0.5) to what this measures; the
+backward launches three. It also checks the fast paths' control flow (outputs, pointers).
 
 Needs torch (any build; no GPU is used) besides maskc's own dependencies:
 
@@ -19,6 +20,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
+from cuda.bindings import driver
 
 import maskc
 from maskc import runtime
@@ -48,16 +50,15 @@ def fake_prepared(attn) -> launch.PreparedLaunch:
     family = attn.compiled.options.family
     values = tuple({"words": [0] * 16} if a.kind == "tensor_map" else 0 for a in family.forward_args)
     launch._work_counters._pools[0] = SimpleNamespace(data=SimpleNamespace(ptr=1 << 20))
-    prepared = launch.PreparedLaunch(0, _NoDevice(), 132, family.threads, 1024, family.forward_args, values,
-                                     ("o", "lse"), None)
-    done = prepared._success
-    prepared._driver = SimpleNamespace(cuLaunchKernel=lambda *args: (done,))
-    return prepared
+    done = driver.CUresult.CUDA_SUCCESS
+    driver.cuLaunchKernel = lambda *args: (done,)  # (a launch binds it when prepared)
+    return launch.PreparedLaunch((launch.Kernel(0, 132, family.threads, 1024),), _NoDevice(), family.forward_args,
+                                 values, ("o", "lse"), None)
 
 
 def prepare(attn, prepared, q, k, v, out=None, lse_shape=(1, 16, 1024), **keys) -> None:
     """Cache a launch for this call signature, as a first (checked) call would."""
-    made = runtime._Launch.of(prepared, _tensor(q), lse_shape, out is not None, False)
+    made = runtime._Launch.of(prepared, _tensor(q), lse_shape)
     made.current_stream = lambda: STREAM
     attn._launches[runtime._call_key(q, k, v, keys.get("cu_seqlens"), None, out, None, keys.get("params", {}))] = made
 
@@ -90,7 +91,7 @@ def check_control_flow(attn, prepared, q, k, v) -> None:
         assert o.shape == strided.shape and o.is_contiguous() and calls[-1] == (STREAM, o.data_ptr(), 0)
         out = torch.empty_like(q)  # the caller's buffer: its pointer is the launch's own
         prepare(attn, prepared, q, k, v, out=out)
-        assert attn(q, k, v, out=out) is out and calls[-1] == (STREAM, None, 0)
+        assert attn(q, k, v, out=out) is out and calls[-1] == (STREAM, out.data_ptr(), 0)
         first = q.transpose(1, 2).contiguous().transpose(1, 2)  # a cached launch keeps no tensor of its first call
         prepare(attn, prepared, first, k, v)
         gone = weakref.ref(first)
@@ -101,14 +102,43 @@ def check_control_flow(attn, prepared, q, k, v) -> None:
         prepared.launch = timed_launch
 
 
+def prepare_backward(attn, q, k, v, out, lse, d_out) -> list:
+    """Cache a backward launch for this call signature, as a first (checked) call would, with its kernels'
+    launches faked; returns the list each launch appends its slots' pointers to."""
+    bwd, options = attn.compiled.options.backward, attn.compiled.options
+    values = tuple({"words": [0] * 16} if a.kind == "tensor_map" else 0 for a in bwd.args)
+    slots = runtime.BACKWARD_SLOTS + (("dq_accum",) if bwd.fused else ())
+    prepared = launch.PreparedLaunch(tuple(launch.Kernel(0, 132, bwd.threads(kernel), 1024) for kernel in bwd.kernels),
+                                     _NoDevice(), bwd.args, values, slots, None)
+    calls = []
+    timed_launch = prepared.launch
+    prepared.launch = lambda stream, *pointers: calls.append(pointers) or timed_launch(stream, *pointers)
+    accum = (1024 // options.block_q, q.shape[2], options.block_q * options.head_dim) if bwd.fused else None
+    made = runtime._BackwardLaunch.of(prepared, _tensor(q), _tensor(k), tuple(lse.shape), accum, None)
+    made.current_stream = lambda: STREAM
+    key = runtime._call_key(q, k, v, None, None, out, lse, {}) + (runtime._tensor_key(d_out),)
+    attn._backward_launches[key] = made
+    return calls
+
+
+def check_backward_control_flow(attn, calls, q, k, v, out, lse, d_out) -> None:
+    dq, dk, dv = attn.backward(q, k, v, out, lse, d_out)
+    assert [g.shape for g in (dq, dk, dv)] == [q.shape, k.shape, v.shape] and dq.is_contiguous()
+    assert calls[-1][:3] == (dq.data_ptr(), dk.data_ptr(), dv.data_ptr()) and len(calls[-1]) == 5
+
+
 def main() -> None:
     attn = maskc.load(CAUSAL, arch="sm_90a")
-    q, k, v = (torch.randn(1, 1024, 16, 128, dtype=torch.bfloat16) for _ in range(3))
+    q, k, v, out, d_out = (torch.randn(1, 1024, 16, 128, dtype=torch.bfloat16) for _ in range(5))
+    lse = torch.zeros(1, 16, 1024)
     prepared = fake_prepared(attn)
     prepare(attn, prepared, q, k, v)
     check_control_flow(attn, prepared, q, k, v)
+    backward_calls = prepare_backward(attn, q, k, v, out, lse, d_out)
+    check_backward_control_flow(attn, backward_calls, q, k, v, out, lse, d_out)
     rows = [("attn(q, k, v)", lambda: attn(q, k, v)),
             ("attn(q, k, v, return_lse=True)", lambda: attn(q, k, v, return_lse=True)),
+            ("attn.backward (hopper_fused: 3 kernels)", lambda: attn.backward(q, k, v, out, lse, d_out)),
             ("_through_torch_op", lambda: runtime._through_torch_op(q, k, v)),
             ("_call_key", lambda: runtime._call_key(q, k, v, None, None, None, None, {})),
             ("torch.empty_like(q)", lambda: torch.empty_like(q)),

@@ -190,14 +190,14 @@ def test_a_prepared_launch_holds_every_argument_as_the_kernel_reads_it():
     import ctypes
 
     from maskc.kernels import SM90A, abi
-    from maskc.runtime.launch import PreparedLaunch
+    from maskc.runtime.launch import Kernel, PreparedLaunch
 
     args = SM90A.forward_args
     values = {a.name: i + 1 for i, a in enumerate(args)}
     values.update(tm_q=bytes(range(128)), tm_k=bytes(128), tm_v=bytes([7] * 128), tm_k_box=bytes([3] * 128),
                   tm_v_box=bytes(range(128, 256)), scale_log2=0.25)
     packed = abi.pack(args, values)
-    launch = PreparedLaunch(1234, None, 132, 384, 1000, args, packed, ("o", "lse"), keep=None)
+    launch = PreparedLaunch((Kernel(1234, 132, 384, 1000),), None, args, packed, ("o", "lse"), keep=None)
     addresses = list(launch._addresses)
     assert len(addresses) == len(args)
     for arg, address, value in zip(args, addresses, launch._values):
@@ -208,7 +208,7 @@ def test_a_prepared_launch_holds_every_argument_as_the_kernel_reads_it():
             assert ctypes.c_float.from_address(address).value == 0.25
         else:
             assert value.value == values[arg.name] and ctypes.sizeof(value) == (4 if arg.kind == "i32" else 8)
-    assert launch._out.value == values["o"] and launch._lse.value == values["lse"]
+    assert list(launch._slots) == [values["o"], values["lse"]]
 
 
 def test_each_stream_gets_its_own_work_counter_without_allocating(monkeypatch):

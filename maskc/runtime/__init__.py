@@ -22,7 +22,7 @@ from maskc.compiler import CompiledMask, frozen_values
 from maskc.diagnostics import Span, ValueProblem, value_problem
 from maskc.kernels import abi
 from maskc.plan.by_key import KeyTables, long_items
-from maskc.runtime.launch import PreparedLaunch, cupy_stream, current_stream_handle, current_stream_of
+from maskc.runtime.launch import Kernel, PreparedLaunch, cupy_stream, current_stream_handle, current_stream_of
 from maskc.runtime.tensor_maps import grid_box_map, tensor_map
 
 _ELEMENT_BYTES = 2
@@ -101,6 +101,16 @@ def _module(path: str, name: str, shared: int, device: int):
     return module, kernel
 
 
+def _kernel(cubin, name: str, shared: int, device: int, grid: int, threads: int) -> Kernel:
+    """A kernel of a cubin, as a prepared launch runs it."""
+    import cupy
+
+    _, function = _module(str(cubin), name, shared, device)
+    with cupy.cuda.Device(device):  # CuPy's RawKernel keeps one driver function per device
+        handle = getattr(function, "kernel", function).ptr
+    return Kernel(handle, grid, threads, shared, function)
+
+
 class Attention:
     """`attn(q, k, v, *, cu_seqlens=None, scale=None, return_lse=False, **runtime_params)`.
 
@@ -119,6 +129,7 @@ class Attention:
         # Launches prepared for recent call signatures (tensors, values, options): a repeated call skips
         # every check, the planning and the argument packing (see _call_key).
         self._launches: OrderedDict = OrderedDict()
+        self._backward_launches: OrderedDict = OrderedDict()  # the same for `backward`
 
     @property
     def program(self):
@@ -281,9 +292,8 @@ class Attention:
         x = self._inputs(q, k, v, cu_seqlens, scale, params)
         tq, tk, tv = x.q, x.k, x.v
         desc, tables, _ = self.compiled.tables(x.sequences, x.offsets)
-        caller_out, caller_lse = out is not None, lse is not None
         to, tl = _outputs(tq, out, lse, x.lse_shape)
-        launch = self._prepare(tq, tk, tv, to, tl, x.packed, desc, tables, x.scale, x.lse_shape, caller_out, caller_lse)
+        launch = self._prepare(tq, tk, tv, to, tl, x.packed, desc, tables, x.scale, x.lse_shape)
         if launch is not None:
             launch.launch(to.obj, tl.obj)
         return _Result(launch, to.obj, tl.obj)
@@ -298,16 +308,28 @@ class Attention:
         Hopper one (`backward_kernels="hopper_fused"`, sm_90a's default at head dim 128), whose dq differs in
         its last bits from run to run; `load(..., deterministic=True)` chooses a pass that is deterministic.
         This is the pair CuPy users call by hand; with torch tensors that require grad, calling `attn` records
-        it for autograd instead."""
+        it for autograd instead. As for the forward, a repeated call (the same tensors and values) launches
+        what the first one prepared, with no checks and no planning."""
+        params = plain_values(params) if params else params
+        if plan is not None:
+            self._adopt(plan, self._inputs(q, k, v, cu_seqlens, scale, params))
+        key = _backward_key(q, k, v, out, lse, d_out, cu_seqlens, scale, params)
+        launch = self._backward_launches.get(key) if key is not None else None
+        if launch is None:
+            launch = self._prepare_backward(q, k, v, out, lse, d_out, cu_seqlens, scale, params)
+            if key is not None:
+                self._backward_launches[key] = launch
+                if len(self._backward_launches) > _PREPARED_LAUNCHES:
+                    self._backward_launches.popitem(last=False)
+        return launch.run(q, k, v)
+
+    def _prepare_backward(self, q, k, v, out, lse, d_out, cu_seqlens, scale, params) -> "_BackwardLaunch":
+        """The checked backward: validate, find the plan and its tables by key tile, pack the arguments."""
         compiled, options, bwd = self.compiled, self.compiled.options, self.compiled.options.backward
         if bwd is None:
             compiled.backward_cubin  # raises: no backward kernels for these options
         x = self._inputs(q, k, v, cu_seqlens, scale, params)
-        if plan is not None:
-            self._adopt(plan, x)
         tq, tk, tv = x.q, x.k, x.v
-        if tq.library == "torch" and not bwd.deterministic:
-            _honour_torch_determinism(bwd.name)
         to, tdo = _describe(out, "out"), _describe(d_out, "d_out")
         for t in (to, tdo):
             if t.shape != tq.shape or t.dtype != tq.dtype or t.device != tq.device or t.library != tq.library:
@@ -316,29 +338,29 @@ class Attention:
             _check_rows(t)
         tl = _describe(lse, "lse")
         _check_lse(tl, tq, x.lse_shape)
-        grads = tuple(_empty_like(t.obj, t.shape, None) for t in (tq, tk, tv))
+        nondeterministic = bwd.name if tq.library == "torch" and not bwd.deterministic else None
         desc, tables, _ = compiled.tables(x.sequences, x.offsets)
         hq, hkv = tq.shape[-2], tk.shape[-2]
-        if len(desc.work_seq) == 0 or hq == 0:
-            return grads
+        if len(desc.work_seq) == 0 or hq == 0:  # nothing to launch: the gradients have no elements
+            return _BackwardLaunch.of(None, tq, tk, x.lse_shape, None, nondeterministic)
         key_tables = compiled.key_tables(desc, tables)
         stream = _stream(tq)
-        delta = _empty_like(tq.obj, x.lse_shape, "float32")
-        tdq, tdk, tdv = (_describe(g, name) for g, name in zip(grads, ("dq", "dk", "dv")))
-        named = {"q": tq, "k": tk, "v": tv, "o": to, "dout": tdo, "dq": tdq, "dk": tdk, "dv": tdv}
-        values = {name: t.ptr for name, t in named.items()} | {"lse": tl.ptr, "delta": _pointer(delta)}
+        named = {"q": tq, "k": tk, "v": tv, "o": to, "dout": tdo}
+        values = {name: t.ptr for name, t in named.items()} | {"lse": tl.ptr}
         for name, t in named.items():
             values.update({f"{name}_stride_{d}": s for d, s in zip("bth", _token_strides(t, x.packed))})
+        for name, t in (("dq", tq), ("dk", tk), ("dv", tv)):  # new contiguous tensors at every call (BACKWARD_SLOTS)
+            strides = _contiguous_strides(t.shape)
+            values.update({f"{name}_stride_{d}": s for d, s in zip("bth", (0,) + strides[:2] if x.packed else strides[:3])})
         values.update(zip(("lse_stride_b", "lse_stride_h"), _lse_strides(tq, x.packed)))
         values.update(num_heads=hq, kv_group=hq // hkv, scale_log2=x.scale * math.log2(math.e), scale=x.scale)
-        values.update(zip(("work", "row_ptr", "k_tiles", "kinds", "seq_table", "seg_start", "seg_code", "arrays"),
-                          (a.data.ptr for a in _upload(tables, tq.device, stream))))
-        values.update(zip(("key_work", "col_ptr", "q_tiles", "q_kinds", "q_items"),
-                          (a.data.ptr for a in _upload(key_tables, tq.device, stream))))
-        if bwd.fused:  # per query tile and head, the fp32 sum of dS K over key tiles; dq_store rounds it into dq
-            block = options.block_q * options.head_dim
-            dq_accum = _empty_like(tq.obj, (len(desc.work_seq), hq, block), "float32")  # prep zeroes it
-            values["dq_accum"] = _pointer(dq_accum)
+        device_tables = _upload(tables, tq.device, stream) + _upload(key_tables, tq.device, stream)
+        values.update(zip(("work", "row_ptr", "k_tiles", "kinds", "seq_table", "seg_start", "seg_code", "arrays",
+                           "key_work", "col_ptr", "q_tiles", "q_kinds", "q_items"), (a.data.ptr for a in device_tables)))
+        # per query tile and head, the fp32 sum of dS K over key tiles (fused: prep zeroes it, dq_store rounds it)
+        dq_accum_shape = (len(desc.work_seq), hq, options.block_q * options.head_dim) if bwd.fused else None
+        slots = BACKWARD_SLOTS + (("dq_accum",) if bwd.fused else ())
+        values.update(dict.fromkeys(slots, 0))  # set by every launch
         if any(a.name == "tm_q" for a in bwd.args):  # the Hopper kernels read through TMA tensor maps
             q_run, k_run = min(compiled.tiling.run("q"), bwd.q_step), compiled.tiling.run("k")
             values.update(_tensor_maps(options, x.packed, {"q": (tq, q_run), "dout": (tdo, q_run), "k": (tk, k_run),
@@ -349,20 +371,19 @@ class Attention:
             values["long_key_items"] = long_items(key_tables.col_ptr, multiprocessors)
             values.update(_grid_boxes(compiled, x.packed, tables.seq_table, values,
                                       {"q": (tq, "q", bwd.q_step), "dout": (tdo, "q", bwd.q_step)}))
-        args = abi.pack(bwd.args, values)
         import cupy
 
+        kernels = []
         query_items, key_items = len(desc.work_seq), len(key_tables.col_ptr) - 1
         for kernel, name in zip(bwd.kernels, compiled.backward_names):  # dQ (or prep) first: it writes delta
-            items = key_items if kernel == "dkdv" else query_items
-            shared = bwd.shared_memory_bytes(options, kernel)
-            _, function = _module(str(compiled.backward_cubin), name, shared, tq.device)
-            grid = bwd.grid(kernel, options, items, hq, hkv)
-            with cupy.cuda.Device(tq.device):
-                function((grid,), (bwd.threads(kernel),), args, shared_mem=shared, stream=stream)
-        return grads
+            grid = bwd.grid(kernel, options, key_items if kernel == "dkdv" else query_items, hq, hkv)
+            kernels.append(_kernel(compiled.backward_cubin, name, bwd.shared_memory_bytes(options, kernel), tq.device,
+                                   grid, bwd.threads(kernel)))
+        prepared = PreparedLaunch(tuple(kernels), cupy.cuda.Device(tq.device), bwd.args, abi.pack(bwd.args, values),
+                                  slots, device_tables)
+        return _BackwardLaunch.of(prepared, tq, tk, x.lse_shape, dq_accum_shape, nondeterministic)
 
-    def _prepare(self, tq, tk, tv, to, tl, packed, desc, tables, scale, lse_shape, caller_out, caller_lse):
+    def _prepare(self, tq, tk, tv, to, tl, packed, desc, tables, scale, lse_shape):
         """Everything a launch needs, packed once; None when there is nothing to launch."""
         import cupy
 
@@ -399,14 +420,11 @@ class Attention:
             values["head_major_first"], values["head_major_last"] = desc.longest_equal_run()
             values["work_counter"] = 0  # the stream's counter, set by every launch
         args = abi.pack(family.forward_args, values)
-        shared = compiled.shared_memory_bytes
-        _, kernel = _module(str(compiled.cubin), compiled.name, shared, tq.device)
-        grid = family.grid(work_items, hq, _multiprocessors(tq.device))
-        with cupy.cuda.Device(tq.device):  # CuPy's RawKernel keeps one driver function per device
-            function = getattr(kernel, "kernel", kernel)
-        prepared = PreparedLaunch(function.ptr, cupy.cuda.Device(tq.device), grid, family.threads, shared,
-                                  family.forward_args, args, ("o", "lse"), device_tables, cupy_kernel=kernel)
-        return _Launch.of(prepared, tq, lse_shape, caller_out, caller_lse)
+        kernel = _kernel(compiled.cubin, compiled.name, compiled.shared_memory_bytes, tq.device,
+                         family.grid(work_items, hq, _multiprocessors(tq.device)), family.threads)
+        prepared = PreparedLaunch((kernel,), cupy.cuda.Device(tq.device), family.forward_args, args, ("o", "lse"),
+                                  device_tables)
+        return _Launch.of(prepared, tq, lse_shape)
 
 
 @dataclass(frozen=True)
@@ -536,15 +554,13 @@ class _Launch:
     the budget (issue 5: 15 us)."""
 
     prepared: PreparedLaunch
-    caller_out: bool
-    caller_lse: bool
     current_stream: Callable[[], int]
     pointer: Callable[[object], int]
     new_out: Callable[[object], object]  # of q
     new_lse: Callable[[object], object]  # of q
 
     @staticmethod
-    def of(prepared: PreparedLaunch, tq: _Tensor, lse_shape: tuple, caller_out: bool, caller_lse: bool) -> "_Launch":
+    def of(prepared: PreparedLaunch, tq: _Tensor, lse_shape: tuple) -> "_Launch":
         # (Nothing here may hold the first call's tensors: a prepared launch lives as long as the cache keeps it.)
         shape, out_like_q = tq.shape, tq.strides == _contiguous_strides(tq.shape)  # empty_like(q) is laid out as O is
         if tq.library == "torch":
@@ -558,13 +574,12 @@ class _Launch:
             new_out = functools.partial(_empty_like, shape=None if out_like_q else shape, dtype=None)
             new_lse = functools.partial(_empty_like, shape=lse_shape, dtype="float32")
             pointer = _pointer
-        return _Launch(prepared, caller_out, caller_lse, current_stream_of(tq.library, tq.device), pointer, new_out,
-                       new_lse)
+        return _Launch(prepared, current_stream_of(tq.library, tq.device), pointer, new_out, new_lse)
 
     def launch(self, out, lse) -> None:
         """Launch on the current stream, writing `out` and `lse` (None: the kernel writes no LSE)."""
-        self.prepared.launch(self.current_stream(), None if self.caller_out else self.pointer(out),
-                             None if self.caller_lse else 0 if lse is None else self.pointer(lse))
+        pointer = self.pointer
+        self.prepared.launch(self.current_stream(), pointer(out), 0 if lse is None else pointer(lse))
 
     def run(self, q, out, lse, return_lse: bool):
         """A repeated call: new outputs unless the caller gave them (LSE only when it is returned: an
@@ -575,6 +590,58 @@ class _Launch:
             lse = self.new_lse(q)
         self.launch(out, lse)
         return (out, lse) if return_lse else out
+
+
+# The backward's pointer arguments each call gives new tensors, in the order `_BackwardLaunch.run` passes them
+# (the fused pass adds dq_accum).
+BACKWARD_SLOTS = ("dq", "dk", "dv", "delta")
+
+
+@dataclass
+class _BackwardLaunch:
+    """The backward kernels prepared for one call signature (None: nothing to launch), and how a call makes
+    their new outputs (dq, dk, dv: contiguous, like q, k, v) and scratch (delta; the fused pass's dq_accum)."""
+
+    prepared: PreparedLaunch | None
+    nondeterministic: str | None  # the pass's name where torch's deterministic mode must refuse it
+    current_stream: Callable[[], int]
+    pointer: Callable[[object], int]
+    new_grads: Callable[[object, object, object], tuple]  # of q, k, v
+    new_scratch: Callable[[object], tuple]  # of q
+
+    @staticmethod
+    def of(prepared, tq: _Tensor, tk: _Tensor, lse_shape: tuple, dq_accum_shape: tuple | None,
+           nondeterministic: str | None) -> "_BackwardLaunch":
+        # (Nothing here may hold the first call's tensors: a prepared launch lives as long as the cache keeps it.)
+        q_shape, k_shape = tq.shape, tk.shape
+        scratch = (lse_shape,) + (() if dq_accum_shape is None else (dq_accum_shape,))
+        if tq.library == "torch":
+            import torch
+
+            device, dtype = tq.obj.device, tq.obj.dtype
+            new_grads = lambda q, k, v: (torch.empty(q_shape, dtype=dtype, device=device),  # noqa: E731
+                                         torch.empty(k_shape, dtype=dtype, device=device),
+                                         torch.empty(k_shape, dtype=dtype, device=device))
+            new_scratch = lambda q: tuple(torch.empty(s, dtype=torch.float32, device=device) for s in scratch)  # noqa: E731
+            pointer = torch.Tensor.data_ptr
+        else:
+            new_grads = lambda q, k, v: (_empty_like(q, q_shape, None), _empty_like(q, k_shape, None),  # noqa: E731
+                                         _empty_like(q, k_shape, None))
+            new_scratch = lambda q: tuple(_empty_like(q, s, "float32") for s in scratch)  # noqa: E731
+            pointer = _pointer
+        return _BackwardLaunch(prepared, nondeterministic, current_stream_of(tq.library, tq.device), pointer,
+                               new_grads, new_scratch)
+
+    def run(self, q, k, v) -> tuple:
+        """(dq, dk, dv): new tensors, written by the kernels on the current stream. The scratch is freed once
+        the launches are queued, as the caching allocators of torch and CuPy allow (stream-ordered reuse)."""
+        if self.nondeterministic is not None:
+            _honour_torch_determinism(self.nondeterministic)
+        grads = self.new_grads(q, k, v)
+        if self.prepared is not None:
+            pointer = self.pointer
+            self.prepared.launch(self.current_stream(), *(pointer(t) for t in grads + self.new_scratch(q)))
+        return grads
 
 
 @dataclass
@@ -593,9 +660,11 @@ _PREPARED_LAUNCHES = 16
 def _call_key(q, k, v, cu_seqlens, scale, out, lse, params) -> tuple | None:
     """What determines a launch, cheaply: the tensors (address, shape, strides, dtype, device), the
     runtime values, the options. None when a call cannot be keyed safely (a CuPy cu_seqlens, whose
-    content could change unseen); such calls always take the checked path. A torch cu_seqlens is keyed
-    by the tensor itself and its version counter (an in-place torch update changes it); the prepared
-    launch keeps the tensor alive, so its id is not reused while cached."""
+    content could change unseen); such calls always take the checked path. A cu_seqlens on the host is keyed
+    by its content. One on the GPU (whose content would cost a synchronisation) is keyed by the tensor itself
+    and its version counter (an in-place torch update changes it); the key holds the tensor, so that a new
+    tensor cannot take its id and address while the key is cached (a training step's new cu_seqlens often
+    would, and would find the last step's plan)."""
     try:
         if type(q).__module__.startswith("torch"):  # the usual call, spelled out (a repeated call has ~15 us)
             tensors = (q.data_ptr(), q.shape, q.stride(), q.dtype, q.device, k.data_ptr(), k.shape, k.stride(),
@@ -605,8 +674,11 @@ def _call_key(q, k, v, cu_seqlens, scale, out, lse, params) -> tuple | None:
         parts = [scale, None if out is None else _tensor_key(out), None if lse is None else _tensor_key(lse)]
         if cu_seqlens is not None:
             mod = type(cu_seqlens).__module__
-            if mod.startswith("torch"):
-                parts.append(("torch", id(cu_seqlens), cu_seqlens.data_ptr(), cu_seqlens._version, cu_seqlens.device))
+            if mod.startswith("torch") and cu_seqlens.device.type == "cpu":
+                parts.append(("torch", cu_seqlens.dtype, cu_seqlens.numpy().tobytes()))
+            elif mod.startswith("torch"):
+                parts.append(("torch", _Held(cu_seqlens), cu_seqlens.data_ptr(), cu_seqlens._version,
+                              cu_seqlens.device))
             elif isinstance(cu_seqlens, np.ndarray):
                 parts.append(("numpy", cu_seqlens.dtype.str, cu_seqlens.tobytes()))
             elif isinstance(cu_seqlens, (list, tuple)):
@@ -618,8 +690,33 @@ def _call_key(q, k, v, cu_seqlens, scale, out, lse, params) -> tuple | None:
         rest = tuple(parts)
         hash(rest)  # (the tensors' part always hashes)
         return tensors + rest
-    except (TypeError, AttributeError, ValueError):  # unusual inputs: the checked path says what is wrong
+    except (TypeError, AttributeError, ValueError, RuntimeError):  # unusual inputs: the checked path says what
+        return None  # is wrong
+
+
+def _backward_key(q, k, v, out, lse, d_out, cu_seqlens, scale, params) -> tuple | None:
+    """`_call_key` for a backward call: its outputs and d_out are inputs too."""
+    key = _call_key(q, k, v, cu_seqlens, scale, out, lse, params)
+    try:
+        return None if key is None else key + (_tensor_key(d_out),)
+    except (TypeError, AttributeError, ValueError):  # not a tensor: the checked path says so
         return None
+
+
+class _Held:
+    """A part of a key that is equal to another only if both hold the same object, and keeps it alive (so
+    that its id, the hash, is not reused while the key is)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __eq__(self, other) -> bool:
+        return type(other) is _Held and other.obj is self.obj
+
+    def __hash__(self) -> int:
+        return id(self.obj)
 
 
 def _tensor_key(x) -> tuple:
@@ -639,7 +736,7 @@ def _honour_torch_determinism(backward_name: str) -> None:
                "varying order), and torch.use_deterministic_algorithms(True) is set: load the mask with "
                "deterministic=True (or backward_kernels=\"hopper\") for a deterministic pass")
     if torch.is_deterministic_algorithms_warn_only_enabled():
-        warnings.warn(message, stacklevel=3)
+        warnings.warn(message, stacklevel=4)  # (the caller of Attention.backward)
     else:
         raise RuntimeError(message)
 

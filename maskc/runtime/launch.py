@@ -1,8 +1,8 @@
 """A kernel launch prepared once and repeated cheaply.
 
 The first call of a signature (tensors, runtime values, options) checks everything, plans and packs the
-arguments; a repeated call rewrites at most the two output pointers and launches: no checks, no planning,
-no host synchronisation (it can be captured in a CUDA graph). The packed arguments are kept as ctypes
+arguments; a repeated call rewrites only the pointers to its new outputs (and the backward's scratch) and
+launches: no checks, no planning, no host synchronisation (it can be captured in a CUDA graph). The packed arguments are kept as ctypes
 values with the array of their addresses that `cuLaunchKernel` takes, and the launch goes straight to the
 driver: 37 us of host time per call against 51 us through CuPy's per-argument conversion (H200,
 2026-12-03, docs/benchmarks.md). `MASKC_DIRECT_LAUNCH=0` launches through CuPy instead.
@@ -15,6 +15,7 @@ import functools
 import os
 import threading
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -30,66 +31,80 @@ def _ctype_value(arg: abi.Arg, value) -> ctypes._SimpleCData | ctypes.Array:
     return _CTYPES[arg.kind](value.item() if isinstance(value, np.generic) else value)
 
 
-class PreparedLaunch:
-    """One kernel, its launch shape and its packed arguments; `launch` runs it on a stream."""
+class Kernel(NamedTuple):
+    """One kernel of a prepared launch and its launch shape."""
 
-    def __init__(self, function_handle: int, device, grid: int, threads: int, shared: int,
-                 args: tuple[abi.Arg, ...], values: tuple, outputs: tuple[str, str], keep: object,
-                 cupy_kernel=None):
+    function_handle: int  # the driver's CUfunction
+    grid: int
+    threads: int
+    shared: int
+    cupy_kernel: object = None  # the same kernel as CuPy's RawKernel: the fallback launch
+
+
+class PreparedLaunch:
+    """Kernels run one after another on a stream over one argument list (the forward: one kernel; the backward
+    pass: its two or three), and `slots`, the pointer arguments a repeated call may rewrite: its outputs and
+    scratch buffers. `launch` runs them."""
+
+    def __init__(self, kernels: tuple[Kernel, ...], device, args: tuple[abi.Arg, ...], values: tuple,
+                 slots: tuple[str, ...], keep: object):
         from cuda.bindings import driver
 
-        self._driver = driver
         self._success = driver.CUresult.CUDA_SUCCESS
+        self.kernels = kernels
+        # cuLaunchKernel with each kernel's function and shape bound: a launch adds the stream and the arguments.
+        self._launches = tuple(functools.partial(driver.cuLaunchKernel, driver.CUfunction(k.function_handle), k.grid,
+                                                 1, 1, k.threads, 1, 1, k.shared) for k in kernels)
         # CuPy's launch of the same packed arguments: with MASKC_DIRECT_LAUNCH=0, and the fallback when this
         # cuda-bindings refuses the direct call (its Python API differs between versions).
-        self._cupy_kernel = cupy_kernel
-        self._use_cupy = cupy_kernel is not None and os.environ.get("MASKC_DIRECT_LAUNCH") == "0"
+        self._can_use_cupy = all(k.cupy_kernel is not None for k in kernels)
+        self._use_cupy = self._can_use_cupy and os.environ.get("MASKC_DIRECT_LAUNCH") == "0"
         self._cupy_args = list(values)
-        self._function = driver.CUfunction(function_handle)
         self.device = device
-        self.grid, self.threads, self.shared = grid, threads, shared
         self._values = [_ctype_value(a, v) for a, v in zip(args, values)]
+        names = [a.name for a in args]
+        self._slot_index = tuple(names.index(s) for s in slots)
+        # The slots' values side by side in one array, which a launch sets in one assignment.
+        self._slots = (ctypes.c_uint64 * len(slots))(*(self._values[i].value for i in self._slot_index))
+        for j, i in enumerate(self._slot_index):
+            self._values[i] = ctypes.c_uint64.from_buffer(self._slots, 8 * j)
         self._addresses = (ctypes.c_void_p * len(self._values))(*(ctypes.addressof(v) for v in self._values))
         self._params = ctypes.addressof(self._addresses)  # what cuLaunchKernel takes
-        names = [a.name for a in args]
-        self._out_index, self._lse_index = names.index(outputs[0]), names.index(outputs[1])
-        self._out, self._lse = self._values[self._out_index], self._values[self._lse_index]
         self._counter_index = names.index("work_counter") if "work_counter" in names else None
         self._counter = None if self._counter_index is None else self._values[self._counter_index]
-        self._lock = threading.Lock()  # the output slots are shared by every call of this launch
+        self._lock = threading.Lock()  # the slots are shared by every call of this launch
         self._keep = keep  # device tables the arguments point to: alive as long as this launch
 
-    def launch(self, stream_handle: int, out_ptr: int | None = None, lse_ptr: int | None = None) -> None:
+    def launch(self, stream_handle: int, *pointers: int) -> None:
+        """Run the kernels on the stream, the slots' arguments first set to `pointers` (one for each)."""
         with self._lock:
-            if out_ptr is not None:
-                self._out.value = out_ptr
-            if lse_ptr is not None:
-                self._lse.value = lse_ptr
+            self._slots[:] = pointers
             if self._counter is not None:
                 self._counter.value = work_counter(self.device.id, stream_handle)
             with self.device:
                 if self._use_cupy:
                     return self._launch_with_cupy(stream_handle)
-                try:
-                    (err,) = self._driver.cuLaunchKernel(self._function, self.grid, 1, 1, self.threads, 1, 1,
-                                                         self.shared, _stream(stream_handle), self._params, 0)
-                except (TypeError, ValueError, AttributeError):
-                    if self._cupy_kernel is None:
-                        raise
-                    self._use_cupy = True
-                    return self._launch_with_cupy(stream_handle)
-        if err != self._success:
-            raise RuntimeError(f"maskc: the kernel launch failed ({err.name})")
+                stream, params = _stream(stream_handle), self._params
+                for launch in self._launches:
+                    try:
+                        (err,) = launch(stream, params, 0)
+                    except (TypeError, ValueError, AttributeError):
+                        if not self._can_use_cupy or launch is not self._launches[0]:
+                            raise
+                        self._use_cupy = True
+                        return self._launch_with_cupy(stream_handle)
+                    if err != self._success:
+                        raise RuntimeError(f"maskc: the kernel launch failed ({err.name})")
 
     def _launch_with_cupy(self, stream_handle: int) -> None:
-
         args = self._cupy_args
-        args[self._out_index] = np.uint64(self._out.value)
-        args[self._lse_index] = np.uint64(self._lse.value)
+        for index in self._slot_index:
+            args[index] = np.uint64(self._values[index].value)
         if self._counter is not None:
             args[self._counter_index] = np.uint64(self._counter.value)
         stream = cupy_stream(stream_handle, self.device.id)
-        self._cupy_kernel((self.grid,), (self.threads,), tuple(args), shared_mem=self.shared, stream=stream)
+        for k in self.kernels:
+            k.cupy_kernel((k.grid,), (k.threads,), tuple(args), shared_mem=k.shared, stream=stream)
 
 
 class _WorkCounters:

@@ -188,6 +188,53 @@ def test_backward_is_deterministic_and_the_cupy_pair_matches_autograd(backward):
     assert_same_gradients(attn, first, [torch.from_dlpack(g) for g in grads_c], "CuPy and torch take the same kernels")
 
 
+@pytest.mark.parametrize("backward", PASSES, ids=PASS_IDS)
+def test_a_repeated_backward_reads_its_inputs_anew_and_writes_new_gradients(backward):
+    """A backward call with the tensors of an earlier one launches what that one prepared: it must read the
+    tensors' new contents (d_out and q changed in place), write new gradient tensors, and be right (against
+    the float64 reference); the earlier call's gradients stay as they were."""
+    arch, kernels = backward
+    options = {} if kernels is None else {"backward_kernels": kernels}
+    attn, tensors, call, masks, lengths = make_case("document", heads=(4, 2), seed=9, arch=arch, **options)
+    q, k, v, d_out = tensors
+    out, lse = attn(q, k, v, return_lse=True, **call)
+    first = attn.backward(q, k, v, out, lse, d_out, **call)
+    kept = [g.clone() for g in first]
+    q.copy_(torch.randn_like(q))
+    d_out.copy_(torch.randn_like(d_out))
+    attn(q, k, v, out=out, lse=lse, **call)  # (the forward's own prepared launch, into the same buffers)
+    poison_allocator()
+    again = attn.backward(q, k, v, out, lse, d_out, **call)
+    torch.cuda.synchronize()
+    assert len(attn._backward_launches) == 1 and all(a.data_ptr() != b.data_ptr() for a, b in zip(first, again))
+    assert all(torch.equal(a, b) for a, b in zip(first, kept))
+    check_grads(again, (q, k, v, d_out), masks, lengths, 1.0 / math.sqrt(q.shape[-1]), call["cu_seqlens"] is not None)
+
+
+def test_a_new_gpu_cu_seqlens_every_step_gets_its_own_plan():
+    """A training loop that makes a new cu_seqlens on the GPU every step: the caching allocator gives it the
+    last step's address, and Python often its id. Each step must be planned for its own lengths, forward and
+    backward, with the same q, k, v (reused buffers, as in training)."""
+    attn = maskc.load(EXAMPLES / "causal.mask", head_dim=128, dtype="bf16")
+    gen = torch.Generator(device="cuda").manual_seed(10)
+    q, k, v, d_out = (torch.randn(600, 4, 128, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(4))
+    scale = 1.0 / math.sqrt(128)
+    for bounds in ([0, 250, 600], [0, 400, 600], [0, 100, 600], [0, 400, 600]):
+        cu = torch.tensor(bounds, dtype=torch.int32, device="cuda")
+        out, lse = attn(q, k, v, cu_seqlens=cu, return_lse=True)
+        grads = attn.backward(q, k, v, out, lse, d_out, cu_seqlens=cu)
+        torch.cuda.synchronize()
+        lengths = np.diff(bounds).tolist()
+        masks = [np.tril(np.ones((n, n), dtype=bool)) for n in lengths]
+        for b, n in enumerate(lengths):
+            sel = slice(bounds[b], bounds[b + 1])
+            want = reference_attention(q[sel], k[sel], v[sel], torch.from_numpy(masks[b]).cuda(), scale, upcast=True)
+            err = (out[sel].double() - want).abs().max().item()
+            assert err < 2e-2, f"lengths {lengths}: sequence {b} max error {err:.3g}"
+        check_grads(grads, (q, k, v, d_out), masks, lengths, scale, True)
+        del cu, out, lse, grads
+
+
 @pytest.mark.skipif("sm_90a" not in FAMILIES, reason="the pass that is not deterministic is Hopper's")
 def test_torch_deterministic_mode_refuses_the_pass_that_is_not():
     attn, tensors, call, _, _ = make_case("causal", arch="sm_90a", backward_kernels="hopper_fused")

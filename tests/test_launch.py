@@ -1,0 +1,181 @@
+"""Prepared launches (maskc.runtime, maskc.runtime.launch) without a GPU: CuPy and the driver's launch are
+fakes (tests/fake_cupy.py) that record every launch with the bytes of each argument. A repeated call, forward
+or backward, must launch exactly what its first (checked) call prepared, with only the pointers to its new
+outputs and scratch changed; another tensor must be prepared anew; and nothing prepared may hold a tensor of
+the call that prepared it. (That the kernels compute the right thing is tests/gpu's business.)"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fake_cupy import clear_caches, install, ndarray
+
+import maskc
+from maskc.runtime import BACKWARD_SLOTS
+
+CAUSAL = Path(__file__).resolve().parent.parent / "examples" / "causal.mask"
+N, HEADS, KV_HEADS = 256, 4, 2  # GQA: two query heads per key head
+
+
+def _signatures(attn) -> dict[str, tuple]:
+    compiled, options = attn.compiled, attn.compiled.options
+    signatures = {compiled.name: options.family.forward_args}
+    if options.backward is not None:
+        signatures |= dict.fromkeys(compiled.backward_names, options.backward.args)
+    return signatures
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    def installed(attn):
+        return install(monkeypatch, _signatures(attn))
+    yield installed
+    clear_caches()
+
+
+def _inputs(head_dim: int, packed: bool):
+    shape_q = (N, HEADS, head_dim) if packed else (1, N, HEADS, head_dim)
+    shape_k = shape_q[:-2] + (KV_HEADS, head_dim)
+    q, k, v = ndarray(shape_q), ndarray(shape_k), ndarray(shape_k)
+    lse = ndarray((HEADS, N) if packed else (1, HEADS, N), np.float32)
+    return q, k, v, ndarray(shape_q), lse, ndarray(shape_q)
+
+
+def _args(attn, kernel_args, launch) -> dict[str, bytes]:
+    return {a.name: b for a, b in zip(kernel_args, launch.args)}
+
+
+def _pointer(x) -> bytes:
+    return x.data.ptr.to_bytes(8, "little")
+
+
+BACKWARDS = [("sm_90a", 128, "hopper_fused"), ("sm_90a", 64, "hopper"), ("sm_80", 64, "portable")]
+
+
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize(("arch", "head_dim", "backward"), BACKWARDS)
+def test_a_repeated_backward_launches_what_the_first_prepared_with_its_new_outputs(fake, arch, head_dim, backward,
+                                                                                   packed):
+    attn = maskc.load(CAUSAL, arch=arch, head_dim=head_dim, dtype="fp16", backward_kernels=backward)
+    record = fake(attn)
+    q, k, v, out, lse, d_out = _inputs(head_dim, packed)
+    call = {"cu_seqlens": np.array([0, 100, N])} if packed else {}
+    bwd = attn.compiled.options.backward
+    slots = BACKWARD_SLOTS + (("dq_accum",) if bwd.fused else ())
+
+    first = attn.backward(q, k, v, out, lse, d_out, **call)
+    second = attn.backward(q, k, v, out, lse, d_out, **call)
+    assert len(attn._backward_launches) == 1
+    kernels = len(bwd.kernels)
+    assert [x.kernel for x in record.launches] == 2 * list(attn.compiled.backward_names)
+    for grads in (first, second):
+        assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
+        assert all(g.dtype == np.float16 and g.strides == ndarray(g.shape).strides for g in grads)
+    once, again = record.launches[:kernels], record.launches[kernels:]
+    for a, b in zip(once, again):
+        assert (a.grid, a.threads, a.shared) == (b.grid, b.threads, b.shared)
+        assert b.args == again[0].args  # the kernels of one call share their arguments
+        args_a, args_b = _args(attn, bwd.args, a), _args(attn, bwd.args, b)
+        assert {n for n in args_a if args_a[n] != args_b[n]} == set(slots)  # only the new buffers' pointers
+    for grads, launch in ((first, once[0]), (second, again[0])):
+        args = _args(attn, bwd.args, launch)
+        assert [args[n] for n in ("dq", "dk", "dv")] == [_pointer(g) for g in grads]
+        for name, heads in (("dq", HEADS), ("dk", KV_HEADS), ("dv", KV_HEADS)):  # contiguous, in elements
+            strides = [int.from_bytes(args[f"{name}_stride_{d}"], "little") for d in "bth"]
+            assert strides == [0 if packed else N * heads * head_dim, heads * head_dim, head_dim]
+        scratch = {int.from_bytes(args[n], "little") for n in slots[3:]}
+        assert 0 not in scratch and not scratch & {g.data.ptr for g in first + second}
+    inputs = {"q": q, "k": k, "v": v, "o": out, "lse": lse, "dout": d_out}
+    assert all(args[name] == _pointer(x) for name, x in inputs.items())
+
+
+@pytest.mark.parametrize(("arch", "head_dim", "backward"), BACKWARDS)
+def test_a_backward_given_other_tensors_is_prepared_for_them(fake, arch, head_dim, backward):
+    attn = maskc.load(CAUSAL, arch=arch, head_dim=head_dim, dtype="fp16", backward_kernels=backward)
+    record = fake(attn)
+    q, k, v, out, lse, d_out = _inputs(head_dim, False)
+    attn.backward(q, k, v, out, lse, d_out)
+    other = ndarray(d_out.shape)
+    attn.backward(q, k, v, out, lse, other)
+    assert len(attn._backward_launches) == 2
+    kernels = len(attn.compiled.options.backward.kernels)
+    first, second = (_args(attn, attn.compiled.options.backward.args, record.launches[i]) for i in (0, kernels))
+    assert first["dout"] == _pointer(d_out) and second["dout"] == _pointer(other)
+    if "tm_dout" in first:  # the Hopper kernels read dO through a tensor map of its address
+        assert first["tm_dout"][:8] == _pointer(d_out) and second["tm_dout"][:8] == _pointer(other)
+
+
+def test_a_repeated_forward_launches_what_the_first_prepared_with_its_new_outputs(fake):
+    attn = maskc.load(CAUSAL, arch="sm_90a", head_dim=128, dtype="fp16")
+    record = fake(attn)
+    q, k, v, *_ = _inputs(128, False)
+    out1, lse1 = attn(q, k, v, return_lse=True)
+    out2, lse2 = attn(q, k, v, return_lse=True)
+    args = attn.compiled.options.family.forward_args
+    first, second = (_args(attn, args, launch) for launch in record.launches)
+    assert {n for n in first if first[n] != second[n]} == {"o", "lse"}
+    assert (first["o"], first["lse"], second["o"], second["lse"]) == tuple(map(_pointer, (out1, lse1, out2, lse2)))
+    assert first["tm_q"][:8] == _pointer(q) and first["work_counter"] != bytes(8)
+
+
+def test_nothing_prepared_holds_a_tensor_of_the_call_that_prepared_it(fake):
+    attn = maskc.load(CAUSAL, arch="sm_90a", head_dim=128, dtype="fp16")
+    fake(attn)
+    q, k, v, out, lse, d_out = _inputs(128, False)
+    attn(q, k, v)
+    attn.backward(q, k, v, out, lse, d_out)
+    gone = [weakref.ref(x) for x in (q, k, v, out, lse, d_out)]
+    del q, k, v, out, lse, d_out
+    gc.collect()
+    assert [ref() for ref in gone] == [None] * 6
+
+
+class _TorchLike:
+    """What _call_key reads of a torch cu_seqlens: a tensor whose memory a new one may take over, with the same
+    id, address and version (as a training step's new cu_seqlens often does)."""
+
+    __module__ = "torch"
+
+    def __init__(self, values, device: str):
+        self.values, self.device, self.dtype, self._version = np.array(values), _Device(device), "int32", 0
+
+    def numpy(self):
+        return self.values
+
+    def data_ptr(self) -> int:
+        return 1 << 40
+
+
+class _Device:
+    def __init__(self, type: str):
+        self.type = type
+
+
+def test_a_new_cu_seqlens_in_an_old_ones_place_never_finds_its_launch():
+    """A torch cu_seqlens on the host is keyed by its content; one on the GPU by the tensor, which the key holds,
+    so that no other tensor can take its id and address while the launch is cached."""
+    from maskc.runtime import _call_key
+
+    q, k, v, *_ = _inputs(64, True)
+    host = _TorchLike([0, 100, N], "cpu")
+    key = _call_key(q, k, v, host, None, None, None, {})
+    host.values = np.array([0, 50, N])  # a new tensor in the old one's place
+    assert _call_key(q, k, v, host, None, None, None, {}) != key
+    assert _call_key(q, k, v, _TorchLike([0, 50, N], "cpu"), None, None, None, {}) == \
+        _call_key(q, k, v, host, None, None, None, {})
+
+    gpu = _TorchLike([0, 100, N], "cuda")
+    key = _call_key(q, k, v, gpu, None, None, None, {})
+    assert key == _call_key(q, k, v, gpu, None, None, None, {})
+    assert key != _call_key(q, k, v, _TorchLike([0, 100, N], "cuda"), None, None, None, {})
+    held = weakref.ref(gpu)
+    del gpu
+    gc.collect()
+    assert held() is not None, "the key must hold a GPU cu_seqlens while it is cached"
+    del key
+    gc.collect()
+    assert held() is None
