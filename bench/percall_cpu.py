@@ -114,7 +114,7 @@ def prepare_backward(attn, q, k, v, out, lse, d_out) -> list:
     timed_launch = prepared.launch
     prepared.launch = lambda stream, *pointers: calls.append(pointers) or timed_launch(stream, *pointers)
     accum = (1024 // options.block_q, q.shape[2], options.block_q * options.head_dim) if bwd.fused else None
-    made = runtime._BackwardLaunch.of(prepared, _tensor(q), _tensor(k), tuple(lse.shape), accum, None)
+    made = runtime._BackwardLaunch.of(prepared, _tensor(q), _tensor(k), _tensor(v), tuple(lse.shape), accum, None)
     made.current_stream = lambda: STREAM
     key = runtime._call_key(q, k, v, None, None, out, lse, {}) + (runtime._tensor_key(d_out),)
     attn._backward_launches[key] = made

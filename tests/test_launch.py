@@ -87,8 +87,11 @@ def test_a_repeated_backward_launches_what_the_first_prepared_with_its_new_outpu
         for name, heads in (("dq", HEADS), ("dk", KV_HEADS), ("dv", KV_HEADS)):  # contiguous, in elements
             strides = [int.from_bytes(args[f"{name}_stride_{d}"], "little") for d in "bth"]
             assert strides == [0 if packed else N * heads * head_dim, heads * head_dim, head_dim]
-        scratch = {int.from_bytes(args[n], "little") for n in slots[3:]}
-        assert 0 not in scratch and not scratch & {g.data.ptr for g in first + second}
+        scratch = [int.from_bytes(args[n], "little") for n in slots[3:]]  # delta, then dq_accum in one buffer
+        assert 0 not in scratch and not set(scratch) & {g.data.ptr for g in first + second}
+        if bwd.fused:
+            lse_bytes = 4 * int(np.prod(lse.shape))
+            assert scratch[1] - scratch[0] >= lse_bytes and scratch[1] % 256 == 0
     inputs = {"q": q, "k": k, "v": v, "o": out, "lse": lse, "dout": d_out}
     assert all(args[name] == _pointer(x) for name, x in inputs.items())
 
