@@ -136,9 +136,17 @@ def main() -> None:
     check_control_flow(attn, prepared, q, k, v)
     backward_calls = prepare_backward(attn, q, k, v, out, lse, d_out)
     check_backward_control_flow(attn, backward_calls, q, k, v, out, lse, d_out)
+    # A call autograd records (one autograd.Function node), and the node's backward on the same graph.
+    leaf = q.clone().requires_grad_(True)
+    prepare(attn, prepared, leaf, k, v)
+    recorded = attn(leaf, k, v)
+    saved_out, saved_lse = recorded.grad_fn.saved_tensors[3:5]
+    prepare_backward(attn, leaf, k, v, saved_out, saved_lse, d_out)
     rows = [("attn(q, k, v)", lambda: attn(q, k, v)),
             ("attn(q, k, v, return_lse=True)", lambda: attn(q, k, v, return_lse=True)),
             ("attn.backward (hopper_fused: 3 kernels)", lambda: attn.backward(q, k, v, out, lse, d_out)),
+            ("attn(leaf, k, v), recorded by autograd", lambda: attn(leaf, k, v)),
+            ("torch.autograd.grad of that call", lambda: torch.autograd.grad(recorded, leaf, d_out, retain_graph=True)),
             ("_through_torch_op", lambda: runtime._through_torch_op(q, k, v)),
             ("_call_key", lambda: runtime._call_key(q, k, v, None, None, None, None, {})),
             ("torch.empty_like(q)", lambda: torch.empty_like(q)),

@@ -5,16 +5,19 @@ own outputs O and LSE (nothing of size N^2, and no plan: the backward finds the 
 by the same runtime values); the backward runs the family's backward kernels (`Attention.backward`). LSE,
 when returned, is a constant to autograd (no gradient flows through it).
 
-The same call is also the custom op `maskc::attention` (its backward `maskc::attention_backward`), with
-fake implementations, so that `torch.compile(model, fullgraph=True)` captures a model that calls maskc
-without a graph break. Runtime values given as tensors are data to torch.compile (changing them never
-recompiles); runtime values given as Python values are constants of the graph, as any Python value is
-(changing them recompiles). The ops are registered once torch is imported and an `Attention` is made or
-called (`register`), before any tracing.
+In eager mode the node is a `torch.autograd.Function` (`_eager_function`): its forward and backward call
+`Attention.forward` and `Attention.backward`, whose repeated calls launch what their first call prepared. While
+torch.compile traces, the same call is the custom op `maskc::attention` (its backward
+`maskc::attention_backward`), with fake implementations, so that `torch.compile(model, fullgraph=True)`
+captures a model that calls maskc without a graph break. (The custom op's own dispatch costs ~50-80 us of host
+time a call on the dev VM, several times maskc's, hence the Function outside compiled graphs.) Runtime values
+given as tensors are data to torch.compile (changing them never recompiles); runtime values given as Python
+values are constants of the graph, as any Python value is (changing them recompiles). The ops are registered
+once torch is imported and an `Attention` is made or called (`register`), before any tracing.
 """
 
+import functools
 import itertools
-import json
 import sys
 import threading
 import weakref
@@ -56,38 +59,26 @@ def register() -> None:
             _registered = True
 
 
-def split_values(params: dict, tracing: bool):
-    """Runtime values as the ops take them: tensors by name (graph inputs) and the other values as one JSON
-    string. While torch.compile traces, every value becomes a tensor (a Python value is then a constant
-    tensor of the graph, guarded like any Python value); a ragged per-sequence list cannot, and is refused."""
+def traced_values(params: dict) -> tuple[str, list]:
+    """Runtime values as the op takes them while torch.compile traces: each a tensor (graph inputs; a Python
+    value becomes a constant tensor of the graph, guarded like any Python value), with their names joined by
+    commas (op schemas take no list of strings). A ragged per-sequence list cannot be a tensor, and is refused."""
     import torch
 
-    if tracing:
-        values = {}
-        for name, value in params.items():
-            try:
-                values[name] = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
-            except (ValueError, TypeError):
-                raise ValueError(f"under torch.compile, runtime value '{name}' must be a tensor or a value torch.tensor "
-                                 "accepts (per-sequence lists of one length); ragged lists work outside torch.compile") from None
-        names = sorted(values)
-        return "{}", ",".join(names), [values[n] for n in names]
-    tensors = {name: value for name, value in params.items() if isinstance(value, torch.Tensor)}
-    constants = {name: value for name, value in params.items() if name not in tensors}
-    names = sorted(tensors)
-    return json.dumps(constants, sort_keys=True, default=_jsonable), ",".join(names), [tensors[n] for n in names]
+    values = {}
+    for name, value in params.items():
+        try:
+            values[name] = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
+        except (ValueError, TypeError):
+            raise ValueError(f"under torch.compile, runtime value '{name}' must be a tensor or a value torch.tensor "
+                             "accepts (per-sequence lists of one length); ragged lists work outside torch.compile") from None
+    names = sorted(values)
+    return ",".join(names), [values[n] for n in names]
 
 
-def _jsonable(value):
-    if hasattr(value, "tolist"):  # numpy arrays and scalars
-        return value.tolist()
-    raise TypeError(f"runtime value of type {type(value).__name__} is not a number, a list or a tensor")
-
-
-def _params(constants: str, names: str, values: list) -> dict:
-    """The runtime values back from the ops' arguments (`names`: the tensor values' names, comma-separated:
-    op schemas take no list of strings)."""
-    return json.loads(constants) | dict(zip(names.split(",") if names else (), values))
+def _params(names: str, values: list) -> dict:
+    """The runtime values back from the op's arguments."""
+    return dict(zip(names.split(",") if names else (), values))
 
 
 def _define_ops() -> None:
@@ -97,14 +88,14 @@ def _define_ops() -> None:
 
     @torch.library.custom_op("maskc::attention", mutates_args=())
     def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: Optional[torch.Tensor],
-                  handle: int, scale: Optional[float], constants: str, names: str,
+                  handle: int, scale: Optional[float], names: str,
                   values: List[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         attn = _attentions[handle]
-        return attn.forward(q, k, v, cu_seqlens=cu_seqlens, scale=scale, **_params(constants, names, values))
+        return attn.forward(q, k, v, cu_seqlens=cu_seqlens, scale=scale, **_params(names, values))
 
     # The fake implementations give what the real ones return: new contiguous tensors, whatever q's strides.
     @attention.register_fake
-    def _(q, k, v, cu_seqlens, handle, scale, constants, names, values):
+    def _(q, k, v, cu_seqlens, handle, scale, names, values):
         if cu_seqlens is not None:  # [T, H, D] -> LSE [H, T]
             lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
         else:  # [B, N, H, D] -> LSE [B, H, N]
@@ -114,52 +105,86 @@ def _define_ops() -> None:
     @torch.library.custom_op("maskc::attention_backward", mutates_args=())
     def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
                            d_out: torch.Tensor, cu_seqlens: Optional[torch.Tensor], handle: int,
-                           scale: Optional[float], constants: str, names: str,
+                           scale: Optional[float], names: str,
                            values: List[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if not rows_aligned(d_out.data_ptr(), d_out.stride()):
             d_out = d_out.contiguous()  # autograd may hand over any layout; the kernels read whole 16-byte rows
         attn = _attentions[handle]
         return attn.backward(q, k, v, out, lse, d_out, cu_seqlens=cu_seqlens, scale=scale,
-                             **_params(constants, names, values))
+                             **_params(names, values))
 
     @attention_backward.register_fake
-    def _(q, k, v, out, lse, d_out, cu_seqlens, handle, scale, constants, names, values):
+    def _(q, k, v, out, lse, d_out, cu_seqlens, handle, scale, names, values):
         return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
     def setup_context(ctx, inputs, output):
-        q, k, v, cu_seqlens, handle, scale, constants, names, values = inputs
+        q, k, v, cu_seqlens, handle, scale, names, values = inputs
         out, lse = output
         attn = _attentions.get(handle)
         if attn is not None:  # (a compiled model's calls never go through attention_op)
             attn.compiled.build_backward_ahead()
         ctx.save_for_backward(q, k, v, out, lse, cu_seqlens, *values)
-        ctx.call = (handle, scale, constants, names)
+        ctx.call = (handle, scale, names)
         ctx.mark_non_differentiable(lse)
 
     def backward(ctx, d_out, _d_lse):
         q, k, v, out, lse, cu_seqlens, *values = ctx.saved_tensors
-        handle, scale, constants, names = ctx.call
+        handle, scale, names = ctx.call
         dq, dk, dv = torch.ops.maskc.attention_backward(q, k, v, out, lse, d_out, cu_seqlens, handle, scale,
-                                                        constants, names, values)
+                                                        names, values)
         # One entry per input, in the inputs' structure: `values` is a list, so its entry is a list too.
-        return dq, dk, dv, None, None, None, None, None, [None] * len(values)
+        return dq, dk, dv, None, None, None, None, [None] * len(values)
 
     attention.register_autograd(backward, setup_context=setup_context)
 
 
 def attention_op(attn, q, k, v, cu_seqlens, scale, return_lse: bool, params: dict):
-    """The call through the custom op (autograd, torch.compile)."""
+    """The call autograd records (or torch.compile traces)."""
     import torch
 
-    if _unavailable is not None:
-        raise RuntimeError(f"maskc's autograd and torch.compile support could not be set up with torch "
-                           f"{torch.__version__} ({_unavailable}); call it under torch.no_grad() for the forward alone")
+    if not torch.compiler.is_compiling():
+        attn.compiled.build_backward_ahead()  # the backward will come: build it while the forward runs
+        from maskc.runtime import plain_values
 
-    tracing = torch.compiler.is_compiling()
-    if not tracing:  # autograd records this call, so its backward will come: build it while the forward runs
-        attn.compiled.build_backward_ahead()  # (under torch.compile, setup_context does: Dynamo traces this)
+        out, lse = _eager_function().apply(q, k, v, attn, cu_seqlens, scale, plain_values(params))
+        return (out, lse) if return_lse else out
+    if _unavailable is not None:
+        raise RuntimeError(f"maskc's torch.compile support could not be set up with torch {torch.__version__} "
+                           f"({_unavailable}); call maskc outside the compiled region")
+    # (the op's setup_context starts the backward's build: Dynamo traces this function, and a lock would break
+    # the graph)
     if cu_seqlens is not None and not isinstance(cu_seqlens, torch.Tensor):
         cu_seqlens = torch.as_tensor(cu_seqlens, dtype=torch.int64)
-    constants, names, values = split_values(params, tracing)
-    out, lse = torch.ops.maskc.attention(q, k, v, cu_seqlens, attn.handle, scale, constants, names, values)
+    names, values = traced_values(params)
+    out, lse = torch.ops.maskc.attention(q, k, v, cu_seqlens, attn.handle, scale, names, values)
     return (out, lse) if return_lse else out
+
+
+@functools.lru_cache(maxsize=None)
+def _eager_function():
+    """The autograd.Function of an eager call (made once torch is imported)."""
+    import torch
+
+    from maskc.runtime import rows_aligned
+
+    class Attention(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v, attn, cu_seqlens, scale, params):
+            out, lse = attn.forward(q, k, v, cu_seqlens=cu_seqlens, scale=scale, **params)
+            ctx.mark_non_differentiable(lse)
+            packed_tensor = isinstance(cu_seqlens, torch.Tensor)  # saved, so that an in-place change is caught
+            ctx.save_for_backward(q, k, v, out, lse, *((cu_seqlens,) if packed_tensor else ()))
+            ctx.call = (attn, None if packed_tensor else cu_seqlens, scale, params)
+            return out, lse
+
+        @staticmethod
+        def backward(ctx, d_out, _d_lse):
+            q, k, v, out, lse, *saved_cu = ctx.saved_tensors
+            attn, cu_seqlens, scale, params = ctx.call
+            if not rows_aligned(d_out.data_ptr(), d_out.stride()):
+                d_out = d_out.contiguous()  # autograd may hand over any layout; the kernels read whole 16-byte rows
+            dq, dk, dv = attn.backward(q, k, v, out, lse, d_out, cu_seqlens=saved_cu[0] if saved_cu else cu_seqlens,
+                                       scale=scale, **params)
+            return dq, dk, dv, None, None, None, None
+
+    return Attention
