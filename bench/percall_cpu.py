@@ -48,7 +48,7 @@ def _tensor(x) -> runtime._Tensor:
 
 def fake_prepared(attn) -> launch.PreparedLaunch:
     family = attn.compiled.options.family
-    values = tuple({"words": [0] * 16} if a.kind == "tensor_map" else 0 for a in family.forward_args)
+    values = {a.name: bytes(128) if a.kind == "tensor_map" else 0 for a in family.forward_args}
     launch._work_counters._pools[0] = SimpleNamespace(data=SimpleNamespace(ptr=1 << 20))
     done = driver.CUresult.CUDA_SUCCESS
     driver.cuLaunchKernel = lambda *args: (done,)  # (a launch binds it when prepared)
@@ -106,7 +106,7 @@ def prepare_backward(attn, q, k, v, out, lse, d_out) -> list:
     """Cache a backward launch for this call signature, as a first (checked) call would, with its kernels'
     launches faked; returns the list each launch appends its slots' pointers to."""
     bwd, options = attn.compiled.options.backward, attn.compiled.options
-    values = tuple({"words": [0] * 16} if a.kind == "tensor_map" else 0 for a in bwd.args)
+    values = {a.name: bytes(128) if a.kind == "tensor_map" else 0 for a in bwd.args}
     slots = runtime.BACKWARD_SLOTS + (("dq_accum",) if bwd.fused else ())
     prepared = launch.PreparedLaunch(tuple(launch.Kernel(0, 132, bwd.threads(kernel), 1024) for kernel in bwd.kernels),
                                      _NoDevice(), bwd.args, values, slots, None)

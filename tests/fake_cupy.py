@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import math
 import sys
 import types
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ class ndarray:
         self.shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         self.itemsize = self.dtype.itemsize
-        contiguous = tuple(int(np.prod(self.shape[i + 1:])) * self.itemsize for i in range(len(self.shape)))
+        contiguous = tuple(math.prod(self.shape[i + 1:]) * self.itemsize for i in range(len(self.shape)))
         self.strides = contiguous if strides is None else tuple(strides)
         self.data = types.SimpleNamespace(ptr=next(_addresses) if ptr is None else ptr)
         self.device = Device(0)
@@ -63,12 +64,13 @@ class Recorded:
 
 class _RawKernel:
     def __init__(self, name: str, record: Recorded):
-        self.name, self.ptr = name, 1000 + len(record.functions)
+        self.name, self.ptr, self.record = name, 1000 + len(record.functions), record
         record.functions[self.ptr] = name
         self.max_dynamic_shared_size_bytes = 0
 
-    def __call__(self, grid, block, args, shared_mem=0, stream=None):
-        raise AssertionError("maskc launched through CuPy, not the driver")
+    def __call__(self, grid, block, args, shared_mem=0, stream=None):  # CuPy's launch: numpy scalars
+        assert stream.ptr == STREAM
+        self.record.launches.append(Launch(self.name, grid[0], block[0], shared_mem, [a.tobytes() for a in args]))
 
 
 STREAM = 7  # the current stream's handle
@@ -111,7 +113,7 @@ def install(monkeypatch, signatures: dict[str, tuple]) -> Recorded:
     monkeypatch.setattr(tensor_maps, "_encode", lambda ptr, dtype, dims, strides, box: (
         ptr.to_bytes(8, "little") + bytes(str((dims, strides, box)), "ascii").ljust(120, b" ")[:120]))
     clear_caches()
-    monkeypatch.setattr(runtime, "_uploads", {})
+    monkeypatch.setattr(runtime, "_per_plan_values", {})
     monkeypatch.setattr(launch, "_work_counters", launch._WorkCounters())
     return record
 

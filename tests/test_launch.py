@@ -182,3 +182,29 @@ def test_a_new_cu_seqlens_in_an_old_ones_place_never_finds_its_launch():
     del key
     gc.collect()
     assert held() is None
+
+
+def test_through_cupy_a_launch_passes_the_same_arguments(fake, monkeypatch):
+    """MASKC_DIRECT_LAUNCH=0 launches through CuPy (the fallback where cuda-bindings refuses the direct call):
+    the same kernels, shapes and argument bytes as the driver's launch, but for the new buffers' pointers."""
+    q, k, v, out, lse, d_out = _inputs(128, False)
+    records, record = [], None
+    for direct in ("1", "0"):
+        monkeypatch.setenv("MASKC_DIRECT_LAUNCH", direct)
+        attn = maskc.load(CAUSAL, arch="sm_90a", head_dim=128, dtype="fp16")
+        record = record or fake(attn)
+        attn.backward(q, k, v, out, lse, d_out)
+        grads = attn.backward(q, k, v, out, lse, d_out)  # the prepared launch
+        last = _args(attn, attn.compiled.options.backward.args, record.launches[-1])
+        assert [last[n] for n in ("dq", "dk", "dv")] == [_pointer(g) for g in grads]
+        records.append(list(record.launches))
+        record.launches.clear()
+    bwd = attn.compiled.options.backward
+    tables = {"work", "row_ptr", "k_tiles", "kinds", "seq_table", "seg_start", "seg_code", "arrays", "key_work",
+              "col_ptr", "q_tiles", "q_kinds", "q_items"}  # each Attention plans and uploads its own
+    slots = set(BACKWARD_SLOTS) | {"dq_accum"} | tables
+    assert len(records[0]) == len(records[1]) == 2 * len(bwd.kernels)
+    for a, b in zip(*records):
+        assert (a.kernel, a.grid, a.threads, a.shared) == (b.kernel, b.grid, b.threads, b.shared)
+        args_a, args_b = _args(attn, bwd.args, a), _args(attn, bwd.args, b)
+        assert {n for n in args_a if args_a[n] != args_b[n]} <= slots

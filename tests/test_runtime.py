@@ -189,15 +189,14 @@ def test_a_prepared_launch_holds_every_argument_as_the_kernel_reads_it():
     value of its C type, in signature order, with the array of their addresses cuLaunchKernel takes."""
     import ctypes
 
-    from maskc.kernels import SM90A, abi
+    from maskc.kernels import SM90A
     from maskc.runtime.launch import Kernel, PreparedLaunch
 
     args = SM90A.forward_args
     values = {a.name: i + 1 for i, a in enumerate(args)}
     values.update(tm_q=bytes(range(128)), tm_k=bytes(128), tm_v=bytes([7] * 128), tm_k_box=bytes([3] * 128),
                   tm_v_box=bytes(range(128, 256)), scale_log2=0.25)
-    packed = abi.pack(args, values)
-    launch = PreparedLaunch((Kernel(1234, 132, 384, 1000),), None, args, packed, ("o", "lse"), keep=None)
+    launch = PreparedLaunch((Kernel(1234, 132, 384, 1000),), None, args, values, ("o", "lse"), keep=None)
     addresses = list(launch._addresses)
     assert len(addresses) == len(args)
     for arg, address, value in zip(args, addresses, launch._values):

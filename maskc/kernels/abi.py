@@ -97,12 +97,17 @@ def tensor_map_arg(words) -> np.void:
     return arr[0]
 
 
-def pack(args: tuple[Arg, ...], values: dict[str, object]) -> tuple:
-    """The launch arguments in signature order; a missing or unexpected name is an internal error."""
-    missing = [a.name for a in args if a.name not in values]
-    extra = sorted(set(values) - {a.name for a in args})
-    if missing or extra:
+def check_names(args: tuple[Arg, ...], values: dict[str, object]) -> None:
+    """A value for every argument and nothing else; a missing or unexpected name is an internal error."""
+    if len(values) != len(args) or any(a.name not in values for a in args):
+        missing = [a.name for a in args if a.name not in values]
+        extra = sorted(set(values) - {a.name for a in args})
         raise KeyError(f"kernel arguments: missing {missing}, unexpected {extra}")
+
+
+def pack(args: tuple[Arg, ...], values: dict[str, object]) -> tuple:
+    """The launch arguments in signature order, as CuPy takes them (numpy scalars of their C types)."""
+    check_names(args, values)
     return tuple(a.value(values[a.name]) for a in args)
 
 

@@ -20,7 +20,6 @@ import numpy as np
 
 from maskc.compiler import CompiledMask, frozen_values
 from maskc.diagnostics import Span, ValueProblem, value_problem
-from maskc.kernels import abi
 from maskc.plan.by_key import KeyTables, long_items
 from maskc.runtime.launch import Kernel, PreparedLaunch, cupy_stream, current_stream_handle, current_stream_of
 from maskc.runtime.tensor_maps import grid_box_map, tensor_map
@@ -69,10 +68,16 @@ def _describe(x, name: str) -> _Tensor:
         return _Tensor(name, "torch", tuple(x.shape), tuple(x.stride()), dtype, x.device.index or 0, x.data_ptr(),
                        bool(x.requires_grad), x)
     if mod.startswith("cupy"):
-        dtype = {"bfloat16": "bf16", "float16": "fp16"}.get(str(x.dtype), str(x.dtype))
+        dtype = _dtype_name(x.dtype)
         strides = tuple(s // x.itemsize for s in x.strides)
         return _Tensor(name, "cupy", tuple(x.shape), strides, dtype, x.device.id, x.data.ptr, False, x)
     raise ValueError(f"{name} must be a torch tensor or a CuPy array, got {type(x).__name__}")
+
+
+@lru_cache(maxsize=64)
+def _dtype_name(dtype) -> str:
+    """A numpy dtype's name as maskc spells it (str() of a dtype costs ~5 us)."""
+    return {"bfloat16": "bf16", "float16": "fp16"}.get(str(dtype), str(dtype))
 
 
 def _host_ints(x, name: str) -> np.ndarray:
@@ -367,8 +372,9 @@ class Attention:
                                                            "v": (tv, k_run)}))
             values["packed"] = int(x.packed)
             multiprocessors = _multiprocessors(tq.device)
-            values["long_query_items"] = long_items(desc.row_ptr, multiprocessors)
-            values["long_key_items"] = long_items(key_tables.col_ptr, multiprocessors)
+            values["long_query_items"], values["long_key_items"] = _per_plan(
+                "long items", desc, tq.device, lambda: (long_items(desc.row_ptr, multiprocessors),
+                                                        long_items(key_tables.col_ptr, multiprocessors)))
             values.update(_grid_boxes(compiled, x.packed, tables.seq_table, values,
                                       {"q": (tq, "q", bwd.q_step), "dout": (tdo, "q", bwd.q_step)}))
         import cupy
@@ -379,8 +385,7 @@ class Attention:
             grid = bwd.grid(kernel, options, key_items if kernel == "dkdv" else query_items, hq, hkv)
             kernels.append(_kernel(compiled.backward_cubin, name, bwd.shared_memory_bytes(options, kernel), tq.device,
                                    grid, bwd.threads(kernel)))
-        prepared = PreparedLaunch(tuple(kernels), cupy.cuda.Device(tq.device), bwd.args, abi.pack(bwd.args, values),
-                                  slots, device_tables)
+        prepared = PreparedLaunch(tuple(kernels), cupy.cuda.Device(tq.device), bwd.args, values, slots, device_tables)
         return _BackwardLaunch.of(prepared, tq, tk, tv, x.lse_shape, dq_accum_shape, nondeterministic)
 
     def _prepare(self, tq, tk, tv, to, tl, packed, desc, tables, scale, lse_shape):
@@ -417,12 +422,12 @@ class Attention:
             values.update(_grid_boxes(compiled, packed, tables.seq_table, values, key_tiles))
             values["packed"] = int(packed)
             values["total_work"] = work_items * hq
-            values["head_major_first"], values["head_major_last"] = desc.longest_equal_run()
+            values["head_major_first"], values["head_major_last"] = _per_plan("head-major run", desc, tq.device,
+                                                                              desc.longest_equal_run)
             values["work_counter"] = 0  # the stream's counter, set by every launch
-        args = abi.pack(family.forward_args, values)
         kernel = _kernel(compiled.cubin, compiled.name, compiled.shared_memory_bytes, tq.device,
                          family.grid(work_items, hq, _multiprocessors(tq.device)), family.threads)
-        prepared = PreparedLaunch((kernel,), cupy.cuda.Device(tq.device), family.forward_args, args, ("o", "lse"),
+        prepared = PreparedLaunch((kernel,), cupy.cuda.Device(tq.device), family.forward_args, values, ("o", "lse"),
                                   device_tables)
         return _Launch.of(prepared, tq, lse_shape)
 
@@ -782,7 +787,11 @@ def _empty_like(q, shape, dtype):
 
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     """Row-major strides, in elements, of an array of this shape."""
-    return tuple(int(s) for s in np.cumprod((1,) + tuple(shape)[::-1])[:-1][::-1])
+    strides, step = [], 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= int(extent)
+    return tuple(reversed(strides))
 
 
 def _stream(t: _Tensor):
@@ -852,23 +861,33 @@ def _is_per_sequence(value, depth: int) -> bool:
     return level > depth
 
 
-_uploads: dict = {}
+_per_plan_values: dict = {}
+
+
+def _per_plan(what: str, plan_part, device: int, compute: Callable[[], object]):
+    """`compute()`, made once per part of a plan (its descriptor, its tables), device and `what`: a checked call
+    of runtime values seen before (every layer of a model after the first) finds it. Kept with the part, so
+    that its id is not reused while cached."""
+    key = (what, id(plan_part), device)
+    hit = _per_plan_values.get(key)
+    if hit is not None and hit[0] is plan_part:
+        return hit[1]
+    value = compute()
+    if len(_per_plan_values) > 512:
+        _per_plan_values.clear()
+    _per_plan_values[key] = (plan_part, value)
+    return value
 
 
 def _upload(tables, device: int, stream) -> tuple:
     """Device copies of the kernel tables, made once per (tables, device) and kept with them."""
-    import cupy
+    def copies():
+        import cupy
 
-    key = (id(tables), device)
-    hit = _uploads.get(key)
-    if hit is not None and hit[0] is tables:
-        return hit[1]
-    with cupy.cuda.Device(device), stream:
-        arrays = tuple(cupy.asarray(a) for a in tables.arrays_in_order())
-    if len(_uploads) > 256:
-        _uploads.clear()
-    _uploads[key] = (tables, arrays)
-    return arrays
+        with cupy.cuda.Device(device), stream:
+            return tuple(cupy.asarray(a) for a in tables.arrays_in_order())
+
+    return _per_plan("uploaded", tables, device, copies)
 
 
 def load(path, **options) -> Attention:

@@ -22,13 +22,17 @@ import numpy as np
 from maskc.kernels import abi
 
 _CTYPES = {"ptr": ctypes.c_uint64, "i64": ctypes.c_int64, "i32": ctypes.c_int32, "f32": ctypes.c_float}
+_TENSOR_MAP = ctypes.c_uint64 * 16  # a CUtensorMap: 128 bytes
 
 
 def _ctype_value(arg: abi.Arg, value) -> ctypes._SimpleCData | ctypes.Array:
+    """An argument as the C type the kernel reads: a tensor map from its 128 bytes, a number from a Python or
+    numpy number (ctypes would wrap an i32 silently: it is checked)."""
     if arg.kind == "tensor_map":
-        words = np.asarray(value["words"], dtype=np.uint64)
-        return (ctypes.c_uint64 * len(words))(*(int(w) for w in words))
-    return _CTYPES[arg.kind](value.item() if isinstance(value, np.generic) else value)
+        return _TENSOR_MAP.from_buffer_copy(value)
+    if arg.kind == "i32" and not -2**31 <= value < 2**31:
+        raise OverflowError(f"kernel argument {arg.name} = {value} does not fit in 32 bits")
+    return _CTYPES[arg.kind](value)
 
 
 class Kernel(NamedTuple):
@@ -46,8 +50,9 @@ class PreparedLaunch:
     pass: its two or three), and `slots`, the pointer arguments a repeated call may rewrite: its outputs and
     scratch buffers. `launch` runs them."""
 
-    def __init__(self, kernels: tuple[Kernel, ...], device, args: tuple[abi.Arg, ...], values: tuple,
+    def __init__(self, kernels: tuple[Kernel, ...], device, args: tuple[abi.Arg, ...], values: dict[str, object],
                  slots: tuple[str, ...], keep: object):
+        """`values`: every argument by name (a tensor map as its 128 bytes)."""
         from cuda.bindings import driver
 
         self._success = driver.CUresult.CUDA_SUCCESS
@@ -59,9 +64,10 @@ class PreparedLaunch:
         # cuda-bindings refuses the direct call (its Python API differs between versions).
         self._can_use_cupy = all(k.cupy_kernel is not None for k in kernels)
         self._use_cupy = self._can_use_cupy and os.environ.get("MASKC_DIRECT_LAUNCH") == "0"
-        self._cupy_args = list(values)
-        self.device = device
-        self._values = [_ctype_value(a, v) for a, v in zip(args, values)]
+        self._cupy_args = None  # packed when first needed
+        self._args, self.device = args, device
+        abi.check_names(args, values)
+        self._values = [_ctype_value(a, values[a.name]) for a in args]
         names = [a.name for a in args]
         self._slot_index = tuple(names.index(s) for s in slots)
         # The slots' values side by side in one array, which a launch sets in one assignment.
@@ -97,6 +103,9 @@ class PreparedLaunch:
                         raise RuntimeError(f"maskc: the kernel launch failed ({err.name})")
 
     def _launch_with_cupy(self, stream_handle: int) -> None:
+        if self._cupy_args is None:  # the arguments as CuPy takes them, from what the kernels read now
+            self._cupy_args = list(abi.pack(self._args, {a.name: _python_value(a, v)
+                                                         for a, v in zip(self._args, self._values)}))
         args = self._cupy_args
         for index in self._slot_index:
             args[index] = np.uint64(self._values[index].value)
@@ -105,6 +114,10 @@ class PreparedLaunch:
         stream = cupy_stream(stream_handle, self.device.id)
         for k in self.kernels:
             k.cupy_kernel((k.grid,), (k.threads,), tuple(args), shared_mem=k.shared, stream=stream)
+
+
+def _python_value(arg: abi.Arg, value: ctypes._SimpleCData | ctypes.Array) -> object:
+    return bytes(value) if arg.kind == "tensor_map" else value.value
 
 
 class _WorkCounters:
