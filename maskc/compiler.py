@@ -84,7 +84,7 @@ class CompiledMask:
     _key_tables: dict = field(default_factory=dict, repr=False)
     _backward_build: tuple[int, Future] | None = field(default=None, repr=False)  # (pid, build) build_backward_ahead started
 
-    @property
+    @cached_property
     def name(self) -> str:
         return kernel_name(self.program.name, self.options)
 
@@ -96,7 +96,7 @@ class CompiledMask:
     def tiles(self) -> TileConfig:
         return self.options.tile_config
 
-    @property
+    @cached_property
     def shared_memory_bytes(self) -> int:
         return self.options.family.shared_memory_bytes(self.options)
 
@@ -146,7 +146,7 @@ class CompiledMask:
             if self._backward_build is None:
                 self._backward_build = (os.getpid(), _builders().submit(self.build, "cubin", "bwd"))
 
-    @property
+    @cached_property
     def backward_names(self) -> tuple[str, ...]:
         """The backward kernels in launch order (`BackwardKernels.kernels`): the dQ kernel, then the dK/dV
         kernel; for the fused pass prep, dK/dV, dq_store."""

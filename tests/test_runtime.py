@@ -185,9 +185,11 @@ def test_torch_tensors_on_the_cpu_are_refused(attn):
 
 
 def test_a_prepared_launch_holds_every_argument_as_the_kernel_reads_it():
-    """The packed arguments of a repeated launch (maskc.runtime.launch): each kernel argument as a ctypes
-    value of its C type, in signature order, with the array of their addresses cuLaunchKernel takes."""
+    """The packed arguments of a repeated launch (maskc.runtime.launch): at the address cuLaunchKernel is given
+    for each argument, its value in its C type's bytes; the slots (output pointers) where a launch sets them; a
+    value out of its type's range refused, never wrapped."""
     import ctypes
+    import struct
 
     from maskc.kernels import SM90A
     from maskc.runtime.launch import Kernel, PreparedLaunch
@@ -195,19 +197,24 @@ def test_a_prepared_launch_holds_every_argument_as_the_kernel_reads_it():
     args = SM90A.forward_args
     values = {a.name: i + 1 for i, a in enumerate(args)}
     values.update(tm_q=bytes(range(128)), tm_k=bytes(128), tm_v=bytes([7] * 128), tm_k_box=bytes([3] * 128),
-                  tm_v_box=bytes(range(128, 256)), scale_log2=0.25)
+                  tm_v_box=bytes(range(128, 256)), scale_log2=0.25, num_heads=-3)
     launch = PreparedLaunch((Kernel(1234, 132, 384, 1000),), None, args, values, ("o", "lse"), keep=None)
-    addresses = list(launch._addresses)
-    assert len(addresses) == len(args)
-    for arg, address, value in zip(args, addresses, launch._values):
-        assert address == ctypes.addressof(value)
+    addresses = ctypes.cast(launch._params, ctypes.POINTER(ctypes.c_void_p))
+    formats = {"ptr": "<Q", "i64": "<q", "i32": "<i", "f32": "<f"}
+    for i, arg in enumerate(args):
         if arg.kind == "tensor_map":
-            assert ctypes.string_at(address, 128) == bytes(values[arg.name])
-        elif arg.kind == "f32":
-            assert ctypes.c_float.from_address(address).value == 0.25
+            assert ctypes.string_at(addresses[i], 128) == values[arg.name]
+            assert addresses[i] % 64 == 0
         else:
-            assert value.value == values[arg.name] and ctypes.sizeof(value) == (4 if arg.kind == "i32" else 8)
-    assert list(launch._slots) == [values["o"], values["lse"]]
+            size = struct.calcsize(formats[arg.kind])
+            assert struct.unpack(formats[arg.kind], ctypes.string_at(addresses[i], size))[0] == values[arg.name]
+            assert addresses[i] % size == 0
+    launch._slots[:] = (111, 222)
+    names = [a.name for a in args]
+    assert [ctypes.c_uint64.from_address(addresses[names.index(n)]).value for n in ("o", "lse")] == [111, 222]
+    with pytest.raises(OverflowError):
+        PreparedLaunch((Kernel(1234, 132, 384, 1000),), None, args, values | {"num_heads": 2**31}, ("o", "lse"),
+                       keep=None)
 
 
 def test_each_stream_gets_its_own_work_counter_without_allocating(monkeypatch):

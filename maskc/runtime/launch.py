@@ -10,29 +10,45 @@ driver: 37 us of host time per call against 51 us through CuPy's per-argument co
 
 from __future__ import annotations
 
+import array
 import ctypes
 import functools
 import os
+import struct
 import threading
 from functools import lru_cache
 from typing import NamedTuple
 
-import numpy as np
-
 from maskc.kernels import abi
 
-_CTYPES = {"ptr": ctypes.c_uint64, "i64": ctypes.c_int64, "i32": ctypes.c_int32, "f32": ctypes.c_float}
-_TENSOR_MAP = ctypes.c_uint64 * 16  # a CUtensorMap: 128 bytes
+# How each kind of argument is stored for the driver: struct code, size, alignment (a CUtensorMap is 64-byte
+# aligned in CUDA's headers; the driver copies each argument from the address it is given).
+_STORAGE = {"ptr": ("Q", 8, 8), "i64": ("q", 8, 8), "i32": ("i", 4, 4), "f32": ("f", 4, 4), "tensor_map": ("128s", 128, 64)}
+_BUFFER_ALIGN = 64
 
 
-def _ctype_value(arg: abi.Arg, value) -> ctypes._SimpleCData | ctypes.Array:
-    """An argument as the C type the kernel reads: a tensor map from its 128 bytes, a number from a Python or
-    numpy number (ctypes would wrap an i32 silently: it is checked)."""
-    if arg.kind == "tensor_map":
-        return _TENSOR_MAP.from_buffer_copy(value)
-    if arg.kind == "i32" and not -2**31 <= value < 2**31:
-        raise OverflowError(f"kernel argument {arg.name} = {value} does not fit in 32 bits")
-    return _CTYPES[arg.kind](value)
+_layouts: dict[int, tuple] = {}
+
+
+def _layout(args: tuple[abi.Arg, ...]) -> tuple[struct.Struct, tuple[int, ...]]:
+    """Where a kernel's arguments go in one buffer (each at an offset aligned to its kind), and the struct that
+    packs them all in one call (checking each value's range as it does). Found by the identity of `args` (the
+    families' argument lists are constants; hashing one costs ~7 us)."""
+    hit = _layouts.get(id(args))
+    if hit is None or hit[0] is not args:
+        hit = _layouts[id(args)] = (args, *_make_layout(args))
+    return hit[1], hit[2]
+
+
+def _make_layout(args: tuple[abi.Arg, ...]) -> tuple[struct.Struct, tuple[int, ...]]:
+    fmt, offsets, at = ["<"], [], 0
+    for arg in args:
+        code, size, align = _STORAGE[arg.kind]
+        pad = -at % align
+        fmt.append(f"{pad}x{code}" if pad else code)
+        offsets.append(at + pad)
+        at += pad + size
+    return struct.Struct("".join(fmt)), tuple(offsets)
 
 
 class Kernel(NamedTuple):
@@ -64,20 +80,29 @@ class PreparedLaunch:
         # cuda-bindings refuses the direct call (its Python API differs between versions).
         self._can_use_cupy = all(k.cupy_kernel is not None for k in kernels)
         self._use_cupy = self._can_use_cupy and os.environ.get("MASKC_DIRECT_LAUNCH") == "0"
-        self._cupy_args = None  # packed when first needed
         self._args, self.device = args, device
         abi.check_names(args, values)
-        self._values = [_ctype_value(a, values[a.name]) for a in args]
+        # Every argument in one buffer, packed by one struct call; the slots in an array of their own, which a
+        # launch sets in one assignment; the driver gets each argument's address.
+        layout, offsets = _layout(args)
+        self._buffer = (ctypes.c_uint8 * (layout.size + _BUFFER_ALIGN))()
+        base = ctypes.addressof(self._buffer)
+        self._shift = -base % _BUFFER_ALIGN
+        try:
+            layout.pack_into(self._buffer, self._shift, *(values[a.name] for a in args))
+        except struct.error as exc:  # a value out of its C type's range: an internal error, never wrapped
+            raise OverflowError(f"kernel arguments do not fit their C types: {exc}") from None
         names = [a.name for a in args]
         self._slot_index = tuple(names.index(s) for s in slots)
-        # The slots' values side by side in one array, which a launch sets in one assignment.
-        self._slots = (ctypes.c_uint64 * len(slots))(*(self._values[i].value for i in self._slot_index))
+        self._slots = (ctypes.c_uint64 * len(slots))(*(values[s] for s in slots))
+        addresses = [base + self._shift + offset for offset in offsets]
         for j, i in enumerate(self._slot_index):
-            self._values[i] = ctypes.c_uint64.from_buffer(self._slots, 8 * j)
-        self._addresses = (ctypes.c_void_p * len(self._values))(*(ctypes.addressof(v) for v in self._values))
+            addresses[i] = ctypes.addressof(self._slots) + 8 * j
+        self._addresses = (ctypes.c_uint64 * len(args)).from_buffer_copy(array.array("Q", addresses))
         self._params = ctypes.addressof(self._addresses)  # what cuLaunchKernel takes
-        self._counter_index = names.index("work_counter") if "work_counter" in names else None
-        self._counter = None if self._counter_index is None else self._values[self._counter_index]
+        self._counter = None  # the scheduler's counter, set by every launch (the Hopper forward's)
+        if "work_counter" in names:
+            self._counter = ctypes.c_uint64.from_buffer(self._buffer, self._shift + offsets[names.index("work_counter")])
         self._lock = threading.Lock()  # the slots are shared by every call of this launch
         self._keep = keep  # device tables the arguments point to: alive as long as this launch
 
@@ -102,22 +127,18 @@ class PreparedLaunch:
                     if err != self._success:
                         raise RuntimeError(f"maskc: the kernel launch failed ({err.name})")
 
+    def argument_bytes(self) -> list[bytes]:
+        """Each argument's bytes, as the driver reads them now, in signature order."""
+        return [ctypes.string_at(address, _STORAGE[a.kind][1]) for a, address in zip(self._args, self._addresses)]
+
     def _launch_with_cupy(self, stream_handle: int) -> None:
-        if self._cupy_args is None:  # the arguments as CuPy takes them, from what the kernels read now
-            self._cupy_args = list(abi.pack(self._args, {a.name: _python_value(a, v)
-                                                         for a, v in zip(self._args, self._values)}))
-        args = self._cupy_args
-        for index in self._slot_index:
-            args[index] = np.uint64(self._values[index].value)
-        if self._counter is not None:
-            args[self._counter_index] = np.uint64(self._counter.value)
+        """The same arguments through CuPy, which takes numpy scalars of their C types."""
+        values = {a.name: struct.unpack("<" + _STORAGE[a.kind][0], data)[0]
+                  for a, data in zip(self._args, self.argument_bytes())}
         stream = cupy_stream(stream_handle, self.device.id)
+        args = abi.pack(self._args, values)
         for k in self.kernels:
-            k.cupy_kernel((k.grid,), (k.threads,), tuple(args), shared_mem=k.shared, stream=stream)
-
-
-def _python_value(arg: abi.Arg, value: ctypes._SimpleCData | ctypes.Array) -> object:
-    return bytes(value) if arg.kind == "tensor_map" else value.value
+            k.cupy_kernel((k.grid,), (k.threads,), args, shared_mem=k.shared, stream=stream)
 
 
 class _WorkCounters:
