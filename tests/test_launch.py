@@ -6,12 +6,15 @@ the call that prepared it. (That the kernels compute the right thing is tests/gp
 
 from __future__ import annotations
 
+import functools
 import gc
 import weakref
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from fake_cupy import clear_caches, install, ndarray
 
 import maskc
@@ -208,3 +211,113 @@ def test_through_cupy_a_launch_passes_the_same_arguments(fake, monkeypatch):
         assert (a.kernel, a.grid, a.threads, a.shared) == (b.kernel, b.grid, b.threads, b.shared)
         args_a, args_b = _args(attn, bwd.args, a), _args(attn, bwd.args, b)
         assert {n for n in args_a if args_a[n] != args_b[n]} <= slots
+
+
+# -- Any input: a launch or a ValueError ---------------------------------------------------------------------
+
+DOCUMENT = Path(__file__).resolve().parent.parent / "examples" / "document.mask"
+
+
+@st.composite
+def _arrays(draw, shape, broken: bool):
+    """An array of this shape, fp16, contiguous or heads first (both valid); if `broken`, with one thing drawn
+    around the valid ones: an extent, the rank, the dtype, the strides or the address."""
+    shape = list(shape)
+    change = draw(st.sampled_from(["extent", "rank", "dtype", "strides", "address"] if broken else
+                                  ["none", "none", "heads first"]))
+    dtype = np.float16
+    if change == "extent" and shape:
+        shape[draw(st.integers(0, len(shape) - 1))] = draw(st.integers(0, 70))
+    elif change == "rank":
+        shape = shape[:-1] if draw(st.booleans()) and shape else shape + [2]
+    elif change == "dtype":
+        dtype = draw(st.sampled_from([np.float32, np.int32, np.float64, np.uint8]))
+    array = ndarray(shape, dtype)
+    if change == "strides" and shape:
+        array.strides = tuple(draw(st.integers(-4, 4096)) * array.itemsize for _ in shape)
+    elif change == "heads first":  # [.., H, N, D] in memory
+        *batch, tokens, heads, dim = shape
+        inner = (dim, tokens * dim, 1)
+        array.strides = tuple(x * array.itemsize for x in [heads * tokens * dim] * len(batch) + list(inner))
+    elif change == "address":
+        array.data.ptr += draw(st.sampled_from([2, 8, 16 << 20]))
+    return array
+
+
+FAULTS = ["none"] * 4 + ["q", "k", "v", "cu_seqlens", "docs", "scale", "unknown name"]
+
+
+@st.composite
+def _calls(draw):
+    """q, k, v and the call's keywords for examples/document.mask (docs: [int], one list per sequence): valid,
+    or with one fault (the heads of q and k, which must divide, are drawn with or without one)."""
+    fault = draw(st.sampled_from(FAULTS))
+    packed = draw(st.booleans())
+    heads, kv_heads = draw(st.sampled_from([(4, 2), (4, 4), (4, 1), (0, 1), (3, 2), (2, 0)]))
+    tokens, batch = draw(st.integers(0, 300)), draw(st.integers(0, 3))
+    q_shape = (tokens, heads, 64) if packed else (batch, tokens, heads, 64)
+    kv_shape = q_shape[:-2] + (kv_heads, 64)
+    q, k, v = (draw(_arrays(shape, fault == name)) for name, shape in (("q", q_shape), ("k", kv_shape),
+                                                                       ("v", kv_shape)))
+    keywords, lengths = {}, [tokens] * batch
+    if packed:
+        cut = draw(st.integers(0, tokens))
+        bounds = [0, cut, tokens]
+        if fault == "cu_seqlens":
+            bounds = draw(st.sampled_from([[0, tokens + 1, tokens], [1, tokens], [0, cut], [], [[0, tokens]],
+                                           [0, tokens + 1], [0, tokens, cut - 1]]))
+        keywords["cu_seqlens"] = draw(st.sampled_from([bounds, np.array(bounds, dtype=np.int32), tuple(bounds)] +
+                                                      ([np.array(bounds, dtype=np.float32)] if fault == "cu_seqlens"
+                                                       else [])))
+        lengths = [cut, tokens - cut]
+    elif fault == "cu_seqlens":
+        keywords["cu_seqlens"] = [0, tokens]  # with a padded q
+    docs = [[n] if n < 2 else [n // 2, n - n // 2] for n in lengths]  # documents that fill each sequence
+    keywords["docs"] = docs if len(set(map(tuple, docs))) != 1 or draw(st.booleans()) else docs[0] if docs else []
+    if fault == "docs":
+        keywords["docs"] = draw(st.sampled_from([[[-1, 2]], [[]], [["a"]], 5, "x", [[tokens + 1]], [1.5], None,
+                                                 [docs[0]] * (len(docs) + 1) if docs else [[1]]]))
+    if fault == "scale" or draw(st.integers(0, 5)) == 0:
+        keywords["scale"] = draw(st.sampled_from([0.0, -1.0, float("nan"), float("inf"), "x", True, 1e300, [0.5]]
+                                                 if fault == "scale" else [0.125, None, np.float32(0.5), 2]))
+    if fault == "unknown name":
+        keywords[draw(st.sampled_from(["window", "n", "lengths"]))] = 3
+    return q, k, v, keywords
+
+
+@settings(max_examples=300, deadline=None)
+@given(call=_calls(), backward=st.booleans())
+def test_any_call_launches_or_says_what_is_wrong(call, backward):
+    """Whatever the tensors (shapes, dtypes, strides, addresses), cu_seqlens, runtime values and scale, a call
+    and a backward call either launch or raise a ValueError; nothing else escapes (no TypeError, IndexError,
+    struct.error, ...), and a call that launched does so again from its prepared launch."""
+    attn = _document_attention()
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        try:
+            _call_twice(attn, install(monkeypatch, _signatures(attn)), backward, *call)
+        finally:
+            clear_caches()
+
+
+def _call_twice(attn, record, backward, q, k, v, keywords):
+    packed = "cu_seqlens" in keywords and len(q.shape) == 3
+    out = ndarray(q.shape)
+    lse = ndarray((q.shape[1], q.shape[0]) if packed else q.shape[:1] + q.shape[2:3] + q.shape[1:2], np.float32)
+    launched = []
+    for _ in range(2):
+        try:
+            if backward:
+                grads = attn.backward(q, k, v, out, lse, ndarray(q.shape), **keywords)
+                assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
+            else:
+                assert attn(q, k, v, **keywords).shape == q.shape
+        except ValueError as error:
+            assert str(error) and not record.launches  # refused before anything ran, and says why
+            return
+        launched.append(len(record.launches))
+    assert launched[1] == 2 * launched[0]  # the repeated call ran the same kernels again
+
+
+@functools.lru_cache(maxsize=1)
+def _document_attention():
+    return maskc.load(DOCUMENT, arch="sm_90a", head_dim=64, dtype="fp16")

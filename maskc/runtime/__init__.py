@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable
@@ -276,8 +277,11 @@ class Attention:
             raise ValueError(f"q has {hq} heads, which is not a multiple of k's {hkv} heads")
         if scale is None:
             scale = 1.0 / math.sqrt(o.head_dim)
-        if not (math.isfinite(scale) and scale > 0):
-            raise ValueError(f"scale must be a positive finite number, got {scale}")
+        # The kernels take scale * log2(e) as a float32 (past its range the softmax would be NaN, not an error).
+        if (isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale)
+                or not 0 < scale * math.log2(math.e) < _FLOAT32_MAX):
+            raise ValueError(f"scale must be a positive finite number a float32 holds, got {scale!r}")
+        scale = float(scale)
 
         if packed:
             lengths, offsets = _packed(cu_seqlens, tq.shape[0])
@@ -677,6 +681,7 @@ class _Result:
 
 
 _PREPARED_LAUNCHES = 16
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _call_key(q, k, v, cu_seqlens, scale, out, lse, params) -> tuple | None:
