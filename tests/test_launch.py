@@ -244,7 +244,7 @@ def _arrays(draw, shape, broken: bool):
     return array
 
 
-FAULTS = ["none"] * 4 + ["q", "k", "v", "cu_seqlens", "docs", "scale", "unknown name"]
+FAULTS = ["none"] * 4 + ["q", "k", "v", "cu_seqlens", "docs", "scale", "unknown name", "out", "lse", "d_out"]
 
 
 @st.composite
@@ -282,7 +282,14 @@ def _calls(draw):
                                                  if fault == "scale" else [0.125, None, np.float32(0.5), 2]))
     if fault == "unknown name":
         keywords[draw(st.sampled_from(["window", "n", "lengths"]))] = 3
-    return q, k, v, keywords
+    # The outputs (the forward's out= and lse=, drawn or not) and the backward's inputs out, lse and d_out.
+    lse_shape = (heads, tokens) if packed else (batch, heads, tokens)
+    outputs = {"out": draw(_arrays(q_shape, fault == "out")), "d_out": draw(_arrays(q_shape, fault == "d_out")),
+               "lse": ndarray(lse_shape, np.float32)}
+    if fault == "lse":
+        outputs["lse"] = draw(st.sampled_from([ndarray(lse_shape, np.float16), ndarray(lse_shape[:-1], np.float32),
+                                               ndarray(lse_shape[::-1], np.float32) if heads != tokens else None]))
+    return q, k, v, keywords, outputs, draw(st.sampled_from([(), ("out",), ("lse",), ("out", "lse")]))
 
 
 @settings(max_examples=300, deadline=None)
@@ -299,18 +306,16 @@ def test_any_call_launches_or_says_what_is_wrong(call, backward):
             clear_caches()
 
 
-def _call_twice(attn, record, backward, q, k, v, keywords):
-    packed = "cu_seqlens" in keywords and len(q.shape) == 3
-    out = ndarray(q.shape)
-    lse = ndarray((q.shape[1], q.shape[0]) if packed else q.shape[:1] + q.shape[2:3] + q.shape[1:2], np.float32)
+def _call_twice(attn, record, backward, q, k, v, keywords, outputs, given):
     launched = []
     for _ in range(2):
         try:
             if backward:
-                grads = attn.backward(q, k, v, out, lse, ndarray(q.shape), **keywords)
+                grads = attn.backward(q, k, v, outputs["out"], outputs["lse"], outputs["d_out"], **keywords)
                 assert [g.shape for g in grads] == [q.shape, k.shape, v.shape]
             else:
-                assert attn(q, k, v, **keywords).shape == q.shape
+                out = attn(q, k, v, **keywords, **{name: outputs[name] for name in given})
+                assert out.shape == q.shape and ("out" not in given or out is outputs["out"])
         except ValueError as error:
             assert str(error) and not record.launches  # refused before anything ran, and says why
             return
