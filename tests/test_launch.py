@@ -326,3 +326,25 @@ def _call_twice(attn, record, backward, q, k, v, keywords, outputs, given):
 @functools.lru_cache(maxsize=1)
 def _document_attention():
     return maskc.load(DOCUMENT, arch="sm_90a", head_dim=64, dtype="fp16")
+
+
+def test_a_call_and_its_backward_given_a_plan_made_ahead_launch_with_its_tables(fake):
+    """`plan=` (a plan made in a DataLoader worker, pickled): the call checks it is for its values, adopts it
+    (the plan cache then holds the plan's own tables) and launches; a plan for other values is refused first."""
+    import pickle
+
+    attn = _document_attention()
+    record = fake(attn)
+    q, k, v = ndarray((300, 4, 64)), ndarray((300, 2, 64)), ndarray((300, 2, 64))
+    call = {"cu_seqlens": [0, 120, 300], "docs": [[60, 60], [180]]}
+    plan = pickle.loads(pickle.dumps(attn.plan(**call)))
+    other = attn.plan(cu_seqlens=[0, 150, 300], docs=[[150], [150]])
+    with pytest.raises(ValueError, match="other runtime values"):
+        attn(q, k, v, plan=other, **call)
+    assert not record.launches
+    out, lse = attn(q, k, v, plan=plan, return_lse=True, **call)
+    assert len(record.launches) == 1
+    sequences = attn.sequences([120, 180], {"docs": call["docs"]})
+    assert attn.compiled.tables(sequences, np.array([0, 120]))[1] is plan.tables[1]
+    attn.backward(q, k, v, out, lse, ndarray(q.shape), plan=plan, **call)
+    assert len(record.launches) == 1 + len(attn.compiled.options.backward.kernels)

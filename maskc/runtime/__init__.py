@@ -203,6 +203,7 @@ class Attention:
 
     def __call__(self, q, k, v, *, cu_seqlens=None, scale: float | None = None, return_lse: bool = False,
                  out=None, lse=None, plan: Plan | None = None, **params):
+        checked = None
         if plan is not None:
             if type(q).__module__.startswith("torch"):
                 import torch
@@ -210,7 +211,8 @@ class Attention:
                 if torch.compiler.is_compiling():
                     raise ValueError("plan= cannot be given under torch.compile (a compiled graph would not see "
                                      "a new plan); give runtime values as tensors instead")
-            self._adopt(plan, self._inputs(q, k, v, cu_seqlens, scale, params))
+            checked = self._inputs(q, k, v, cu_seqlens, scale, params)
+            self._adopt(plan, checked)
         if _through_torch_op(q, k, v):
             from maskc.runtime import autograd
 
@@ -219,36 +221,35 @@ class Attention:
                                  "(autograd owns the outputs)")
             autograd.register()
             return autograd.attention_op(self, q, k, v, cu_seqlens, scale, return_lse, params)
-        repeated = self._repeated(q, k, v, cu_seqlens, scale, out, lse, plain_values(params) if params else params,
-                                  return_lse)
-        if repeated is not None:
-            return repeated
-        return self.forward(q, k, v, cu_seqlens=cu_seqlens, scale=scale, out=out, lse=lse, return_lse=return_lse,
-                            **params)
+        return self._forward(q, k, v, cu_seqlens, scale, out, lse, return_lse,
+                             plain_values(params) if params else params, checked)
 
     def forward(self, q, k, v, *, cu_seqlens=None, scale: float | None = None, out=None, lse=None,
                 return_lse: bool = True, plan: Plan | None = None, **params):
         """The call without autograd: `(out, lse)` (or out alone with `return_lse=False`), whatever requires
         grad. With `backward`, the forward/backward pair CuPy users call by hand."""
         params = plain_values(params)
+        checked = None
         if plan is not None:
-            self._adopt(plan, self._inputs(q, k, v, cu_seqlens, scale, params))
-        repeated = self._repeated(q, k, v, cu_seqlens, scale, out, lse, params, return_lse)
-        if repeated is not None:
-            return repeated
-        result = self._call(q, k, v, cu_seqlens, scale, out, lse, params)
+            checked = self._inputs(q, k, v, cu_seqlens, scale, params)
+            self._adopt(plan, checked)
+        return self._forward(q, k, v, cu_seqlens, scale, out, lse, return_lse, params, checked)
+
+    def _forward(self, q, k, v, cu_seqlens, scale, out, lse, return_lse: bool, params: dict,
+                 checked: _Inputs | None):
+        """A call's outputs: through the prepared launch of its signature where there is one (no checks, no
+        planning), else checked (`checked`: its inputs, where a plan's adoption checked them already), planned
+        and prepared for the next call of the same signature."""
         key = _call_key(q, k, v, cu_seqlens, scale, out, lse, params)
+        prepared = self._launches.get(key) if key is not None else None
+        if prepared is not None:
+            return prepared.run(q, out, lse, return_lse)
+        result = self._call(checked or self._inputs(q, k, v, cu_seqlens, scale, params), out, lse)
         if key is not None and result.launch is not None:
             self._launches[key] = result.launch
             if len(self._launches) > _PREPARED_LAUNCHES:
                 self._launches.popitem(last=False)
         return result.outputs(return_lse)
-
-    def _repeated(self, q, k, v, cu_seqlens, scale, out, lse, params, return_lse: bool):
-        """The outputs of a call whose signature has a prepared launch (no checks, no planning), else None."""
-        key = _call_key(q, k, v, cu_seqlens, scale, out, lse, params)
-        prepared = self._launches.get(key) if key is not None else None
-        return None if prepared is None else prepared.run(q, out, lse, return_lse)
 
     def _inputs(self, q, k, v, cu_seqlens, scale, params) -> _Inputs:
         """q, k, v, cu_seqlens, scale and runtime values, checked (a ValueError names what is wrong)."""
@@ -296,9 +297,8 @@ class Attention:
 
         return _Inputs(tq, tk, tv, packed, scale, lengths, offsets, self.sequences(lengths, params))
 
-    def _call(self, q, k, v, cu_seqlens, scale, out, lse, params) -> _Result:
-        """The checked call: validate, plan (or find the plan), prepare the launch and launch it."""
-        x = self._inputs(q, k, v, cu_seqlens, scale, params)
+    def _call(self, x: _Inputs, out, lse) -> _Result:
+        """The checked call: plan (or find the plan), check the outputs, prepare the launch and launch it."""
         tq, tk, tv = x.q, x.k, x.v
         desc, tables, _ = self.compiled.tables(x.sequences, x.offsets)
         to, tl = _outputs(tq, out, lse, x.lse_shape)
@@ -320,24 +320,27 @@ class Attention:
         it for autograd instead. As for the forward, a repeated call (the same tensors and values) launches
         what the first one prepared, with no checks and no planning."""
         params = plain_values(params) if params else params
+        checked = None
         if plan is not None:
-            self._adopt(plan, self._inputs(q, k, v, cu_seqlens, scale, params))
+            checked = self._inputs(q, k, v, cu_seqlens, scale, params)
+            self._adopt(plan, checked)
         key = _backward_key(q, k, v, out, lse, d_out, cu_seqlens, scale, params)
         launch = self._backward_launches.get(key) if key is not None else None
         if launch is None:
-            launch = self._prepare_backward(q, k, v, out, lse, d_out, cu_seqlens, scale, params)
+            launch = self._prepare_backward(checked or self._inputs(q, k, v, cu_seqlens, scale, params), out, lse,
+                                            d_out)
             if key is not None:
                 self._backward_launches[key] = launch
                 if len(self._backward_launches) > _PREPARED_LAUNCHES:
                     self._backward_launches.popitem(last=False)
         return launch.run(q, k, v)
 
-    def _prepare_backward(self, q, k, v, out, lse, d_out, cu_seqlens, scale, params) -> "_BackwardLaunch":
-        """The checked backward: validate, find the plan and its tables by key tile, pack the arguments."""
+    def _prepare_backward(self, x: _Inputs, out, lse, d_out) -> "_BackwardLaunch":
+        """The checked backward (`x`: its inputs, checked): check out, lse and d_out, find the plan and its
+        tables by key tile, pack the arguments."""
         compiled, options, bwd = self.compiled, self.compiled.options, self.compiled.options.backward
         if bwd is None:
             compiled.backward_cubin  # raises: no backward kernels for these options
-        x = self._inputs(q, k, v, cu_seqlens, scale, params)
         tq, tk, tv = x.q, x.k, x.v
         to, tdo = _describe(out, "out"), _describe(d_out, "d_out")
         for t in (to, tdo):
