@@ -42,29 +42,38 @@ LONG_ITEM_SHARES = 2
 
 
 def by_key(desc: Descriptor) -> KeyDescriptor:
-    """The transpose of `desc`."""
+    """The transpose of `desc`. Its arrays have a tile's entry each (65,536 for full attention at 32K), and its
+    time was half page faults: glibc gave the freed temporaries back to the OS and faulted them in again at the
+    next call. So they are few and 32-bit, and grown in place where they can be."""
     k_tiles = desc.blocks.tiles("k").astype(np.int64)
     k_base = np.concatenate([[0], np.cumsum(k_tiles)]).astype(np.int64)  # global key tile of tile 0 per sequence
-    per_item = np.diff(desc.row_ptr.astype(np.int64))
-    seq = np.repeat(desc.work_seq.astype(np.int64), per_item)
+    per_item = np.diff(desc.row_ptr)
     item = np.repeat(np.arange(len(per_item), dtype=np.int32), per_item)
-    q_tile = np.repeat(desc.work_qtile, per_item)
-    global_k = k_base[seq] + desc.k_tile
+    narrow = k_base[-1] < 2**31
+    global_k = np.repeat(k_base.take(desc.work_seq).astype(np.int32 if narrow else np.int64), per_item)
+    global_k += desc.k_tile
     counts = np.bincount(global_k, minlength=int(k_base[-1])).astype(np.int64)
     visit = np.argsort(-counts, kind="stable")  # most work first, as the forward kernels visit query tiles
-    rank = np.empty_like(visit)
+    rank = np.empty(len(visit), dtype=global_k.dtype)
     rank[visit] = np.arange(len(visit))
-    # By key tile (in visiting order), then query tile: one sort of a combined key (lexsort of the two: 1.4-2x
-    # slower at 32K; the pairs are distinct, so the order is the same).
-    order = np.argsort(rank[global_k] * (int(q_tile.max(initial=0)) + 1) + q_tile, kind="stable")
+    q_tile = desc.work_qtile.take(item)
+    # By key tile (in visiting order), then query tile: one stable sort of a combined key (lexsort of the two:
+    # 1.4-2x slower at 32K; the pairs are distinct, so the order is the same).
+    stride = int(q_tile.max(initial=0)) + 1
+    key = rank.take(global_k)
+    if len(visit) * stride >= 2**31:
+        key = key.astype(np.int64)
+    key *= stride
+    key += q_tile
+    order = np.argsort(key, kind="stable")
     work_seq = (np.searchsorted(k_base, visit, side="right") - 1).astype(np.int32)
     return KeyDescriptor(
         work_seq=work_seq,
         work_ktile=(visit - k_base[work_seq]).astype(np.int32),
         col_ptr=np.concatenate([[0], np.cumsum(counts[visit])]).astype(np.int32),
-        q_tile=q_tile[order].astype(np.int32),
-        kind=desc.kind[order],
-        q_item=item[order],
+        q_tile=q_tile.take(order),
+        kind=desc.kind.take(order),
+        q_item=item.take(order),
     )
 
 
