@@ -6,6 +6,8 @@
 #
 # STAGES picks what runs (default: the first four, ~10 minutes; the GPU tool allows 10 minutes a command, so split
 # a session into calls: STAGES="tests examples plan", then STAGES=bench, then STAGES=training).
+# host: the host side of a call on the GPU machine (bench/percall.py: the repeated forward's pieces, the
+# backward repeated and checked, an eager autograd step), in host.log.
 # training: every backward pass side by side (bench/families.py --backward), the harness's --backward table for
 # maskc and Flex-Triton, and 100 steps of examples/train_reward_model.py (training.log, train.png). more: the examples
 # outside ANCHORS.md against Flex-Triton, forward and backward (more.log, more.json). HARNESS_ARGS adds options to
@@ -47,6 +49,12 @@ fi
 if has plan; then
     timeout 90 python3 bench/plan_time.py --ahead --json "$OUT/plan_time.json" 2>&1 | tee -a "$OUT/misc.log"
     timeout 90 python3 bench/plan_time.py --packed 2>&1 | tee -a "$OUT/misc.log"  # batches of 1-1024 sequences
+fi
+
+if has host; then
+    { timeout 120 python3 bench/percall.py pieces; timeout 120 python3 bench/percall.py backward; } \
+        > "$OUT/host.log" 2>&1
+    cat "$OUT/host.log"
 fi
 
 if has training; then
