@@ -348,3 +348,47 @@ def test_a_call_and_its_backward_given_a_plan_made_ahead_launch_with_its_tables(
     assert attn.compiled.tables(sequences, np.array([0, 120]))[1] is plan.tables[1]
     attn.backward(q, k, v, out, lse, ndarray(q.shape), plan=plan, **call)
     assert len(record.launches) == 1 + len(attn.compiled.options.backward.kernels)
+
+
+def test_threads_sharing_a_prepared_launch_each_launch_with_their_own_outputs(fake):
+    """The pointer slots of a prepared launch are shared by every call of its signature: a launch sets them and
+    launches under one lock, so each thread's kernels write that thread's new outputs, forward and backward."""
+    import sys
+    import threading
+
+    attn = maskc.load(CAUSAL, arch="sm_90a", head_dim=128, dtype="fp16")
+    record = fake(attn)
+    q, k, v, out, lse, d_out = _inputs(128, False)
+    attn(q, k, v)
+    attn.backward(q, k, v, out, lse, d_out)  # both prepared
+    forward_args, backward_args = attn.compiled.options.family.forward_args, attn.compiled.options.backward.args
+    results, errors = [], []
+
+    def work():
+        try:
+            for _ in range(200):
+                results.append(("fwd", attn(q, k, v).data.ptr))
+                results.append(("bwd", attn.backward(q, k, v, out, lse, d_out)[0].data.ptr))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch as often as they can
+    try:
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors
+    written = {"fwd": [], "bwd": []}
+    for launch in record.launches:
+        if launch.kernel == attn.compiled.name:
+            written["fwd"].append(int.from_bytes(_args(attn, forward_args, launch)["o"], "little"))
+        elif launch.kernel == attn.compiled.backward_names[-1]:  # each backward's last kernel
+            written["bwd"].append(int.from_bytes(_args(attn, backward_args, launch)["dq"], "little"))
+    for kind in ("fwd", "bwd"):
+        mine = sorted(ptr for k, ptr in results if k == kind)
+        assert sorted(written[kind][1:]) == mine  # (the first launch was the preparing call's)
