@@ -211,6 +211,28 @@ def test_a_repeated_backward_reads_its_inputs_anew_and_writes_new_gradients(back
     check_grads(again, (q, k, v, d_out), masks, lengths, 1.0 / math.sqrt(q.shape[-1]), call["cu_seqlens"] is not None)
 
 
+def test_a_repeated_backward_can_be_captured_in_a_cuda_graph():
+    """After a first backward with the same tensors and values, a backward call does no host synchronisation: it
+    can be captured in a CUDA graph, and replaying the graph recomputes the gradients for new contents of q, k,
+    v, out, lse and d_out (the forward replayed before it)."""
+    attn, tensors, call, masks, lengths = make_case("document", heads=(4, 2), seed=11)
+    q, k, v, d_out = tensors
+    out, lse = torch.empty_like(q), torch.empty(q.shape[1], q.shape[0], device="cuda", dtype=torch.float32)
+    attn(q, k, v, out=out, lse=lse, **call)
+    attn.backward(q, k, v, out, lse, d_out, **call)  # plans and prepares both launches
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        attn(q, k, v, out=out, lse=lse, **call)
+        grads = attn.backward(q, k, v, out, lse, d_out, **call)
+    for _ in range(2):
+        for x in (q, k, v, d_out):
+            x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        check_grads(grads, (q, k, v, d_out), masks, lengths, 1.0 / math.sqrt(q.shape[-1]), True)
+
+
 def test_a_new_gpu_cu_seqlens_every_step_gets_its_own_plan():
     """A training loop that makes a new cu_seqlens on the GPU every step: the caching allocator gives it the
     last step's address, and Python often its id. Each step must be planned for its own lengths, forward and
