@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import gc
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -16,11 +17,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from fake_cupy import clear_caches, install, ndarray
+from small_configs import SMALL
 
 import maskc
 from maskc.runtime import BACKWARD_SLOTS
 
-CAUSAL = Path(__file__).resolve().parent.parent / "examples" / "causal.mask"
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+CAUSAL = EXAMPLES / "causal.mask"
 N, HEADS, KV_HEADS = 256, 4, 2  # GQA: two query heads per key head
 
 
@@ -215,7 +218,7 @@ def test_through_cupy_a_launch_passes_the_same_arguments(fake, monkeypatch):
 
 # -- Any input: a launch or a ValueError ---------------------------------------------------------------------
 
-DOCUMENT = Path(__file__).resolve().parent.parent / "examples" / "document.mask"
+DOCUMENT = EXAMPLES / "document.mask"
 
 
 @st.composite
@@ -392,3 +395,54 @@ def test_threads_sharing_a_prepared_launch_each_launch_with_their_own_outputs(fa
     for kind in ("fwd", "bwd"):
         mine = sorted(ptr for k, ptr in results if k == kind)
         assert sorted(written[kind][1:]) == mine  # (the first launch was the preparing call's)
+
+
+# Every example with the default pass of the H200 (the fused Hopper backward); a 1D, a grid, a tree and a
+# per-sequence-list mask with the Hopper pair (head dim 64) and the portable kernels too (each builds two cubins).
+LAUNCHED = ([(name, "sm_90a", 128) for name in sorted(SMALL)] +
+            [(name, arch, 64) for name in ("causal", "clear_text", "tree", "rm_shared") for arch in ("sm_90a", "sm_80")])
+
+
+@pytest.fixture(scope="module")
+def launched_cubins():
+    """The cubins of LAUNCHED built ahead, two at a time (NVRTC releases the GIL), into the cache every load finds."""
+    def build(config):
+        name, arch, head_dim = config
+        compiled = maskc.load(EXAMPLES / f"{name}.mask", arch=arch, head_dim=head_dim, dtype="fp16",
+                              **SMALL[name][0]).compiled
+        return compiled.cubin, compiled.backward_cubin
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(build, LAUNCHED))
+
+
+@pytest.mark.parametrize(("name", "arch", "head_dim"), LAUNCHED)
+def test_every_example_launches_forward_and_backward_and_again(fake, launched_cubins, name, arch, head_dim):
+    """Every example's small batch (packed, its runtime values one per sequence, GQA): the forward and the
+    backward launch, and their repeated calls launch the same kernels with the same arguments but for their new
+    outputs (grid masks' box maps, trees' tables and per-sequence lists included)."""
+    consts, sequences = SMALL[name]
+    attn = maskc.load(EXAMPLES / f"{name}.mask", arch=arch, head_dim=head_dim, dtype="fp16", **consts)
+    record = fake(attn)
+    values, layouts = attn.compiled.bind(sequences)
+    lengths = [lay.n for lay in layouts]
+    params = {p.name: [val.arrays[p.name].tolist() if p.type.depth else val.scalars[p.name] for val in values]
+              for p in attn.program.runtime_params}
+    tokens = sum(lengths)
+    q, out, d_out = (ndarray((tokens, 4, head_dim)) for _ in range(3))
+    k, v = ndarray((tokens, 2, head_dim)), ndarray((tokens, 2, head_dim))
+    call = {"cu_seqlens": np.concatenate([[0], np.cumsum(lengths)]), **params}
+    forward = attn.compiled.options.family.forward_args
+    bwd = attn.compiled.options.backward
+    for _ in range(2):
+        attn(q, k, v, out=out, **call)
+        attn.backward(q, k, v, out, ndarray((4, tokens), np.float32), d_out, **call)
+    per_call = 1 + len(bwd.kernels)
+    assert [x.kernel for x in record.launches] == 2 * [attn.compiled.name, *attn.compiled.backward_names]
+    first, again = record.launches[:per_call], record.launches[per_call:]
+    fwd_a, fwd_b = _args(attn, forward, first[0]), _args(attn, forward, again[0])
+    assert {n for n in fwd_a if fwd_a[n] != fwd_b[n]} <= {"lse"} and fwd_b["lse"] == bytes(8)  # (no LSE asked for)
+    slots = set(BACKWARD_SLOTS) | {"dq_accum", "lse"}  # (a new lse array each call here)
+    for a, b in zip(first[1:], again[1:]):
+        args_a, args_b = _args(attn, bwd.args, a), _args(attn, bwd.args, b)
+        assert {n for n in args_a if args_a[n] != args_b[n]} <= slots
