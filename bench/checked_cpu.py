@@ -9,9 +9,7 @@ fp16, sm_90a (the backward: the fused Hopper pass). Needs no torch.
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,21 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 import fake_cupy  # noqa: E402
+from timing import us_per_call  # noqa: E402
 
 import maskc  # noqa: E402
-
-
-def per_call(fn, record, inner: int = 300, outer: int = 9) -> float:
-    for _ in range(50):
-        fn()
-    times = []
-    for _ in range(outer):
-        start = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        times.append((time.perf_counter() - start) / inner * 1e6)
-        record.launches.clear()
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -55,7 +41,7 @@ def main() -> None:
 
         print("us per call, median of 9 loops of 300")
         for name, fn in (("checked forward", forward), ("checked backward", backward)):
-            print(f"{name:20s} {per_call(fn, record):7.1f}")
+            print(f"{name:20s} {us_per_call(fn, 300, 9, warmup=50, before_each_loop=record.launches.clear):7.1f}")
         fake_cupy.clear_caches()
 
 

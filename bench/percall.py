@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import torch
+from timing import us_per_call
 
 import maskc
 from maskc import runtime
@@ -28,14 +29,7 @@ CAUSAL = Path(__file__).resolve().parents[1] / "examples" / "causal.mask"
 
 
 def per_call(fn, inner: int = 100, outer: int = 40) -> float:
-    times = []
-    for _ in range(outer):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        times.append((time.perf_counter() - start) / inner * 1e6)
-    return statistics.median(times)
+    return us_per_call(fn, inner, outer, before_each_loop=torch.cuda.synchronize)
 
 
 def report(rows) -> None:

@@ -13,14 +13,13 @@ Needs torch (any build; no GPU is used) besides maskc's own dependencies:
 from __future__ import annotations
 
 import gc
-import statistics
-import time
 import weakref
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 from cuda.bindings import driver
+from timing import us_per_call
 
 import maskc
 from maskc import runtime
@@ -64,15 +63,7 @@ def prepare(attn, prepared, q, k, v, out=None, lse_shape=(1, 16, 1024), **keys) 
 
 
 def per_call(fn, inner: int = 2000, outer: int = 30) -> float:
-    for _ in range(inner):
-        fn()
-    times = []
-    for _ in range(outer):
-        start = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        times.append((time.perf_counter() - start) / inner * 1e6)
-    return statistics.median(times)
+    return us_per_call(fn, inner, outer, warmup=inner)
 
 
 def check_control_flow(attn, prepared, q, k, v) -> None:

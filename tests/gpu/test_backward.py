@@ -62,6 +62,13 @@ def make_case(name, **kw):
     return make_kernel_case(name, tensors=4, **kw)
 
 
+def pass_case(name, backward, seed):
+    """make_case with GQA (4 query heads, 2 key heads) for one of PASSES."""
+    arch, kernels = backward
+    options = {} if kernels is None else {"backward_kernels": kernels}
+    return make_case(name, heads=(4, 2), seed=seed, arch=arch, **options)
+
+
 def assert_same_gradients(attn, got, want, message: str) -> None:
     """(dq, dk, dv) twice from the same inputs: the same bits, except dq of a pass that is not deterministic
     (it adds dQ's partial sums in a varying order), which must agree closely."""
@@ -172,9 +179,7 @@ def test_gradients_hd256_hopper(name, kw, backward):
 def test_backward_is_deterministic_and_the_cupy_pair_matches_autograd(backward):
     import cupy
 
-    arch, kernels = backward
-    options = {} if kernels is None else {"backward_kernels": kernels}
-    attn, tensors, call, _, _ = make_case("shared_prompt", heads=(4, 2), seed=4, arch=arch, **options)
+    attn, tensors, call, _, _ = pass_case("shared_prompt", backward, seed=4)
     q, k, v, d_out = tensors
     out, lse = attn(q, k, v, return_lse=True, **call)
     first = attn.backward(q, k, v, out, lse, d_out, **call)
@@ -193,9 +198,7 @@ def test_a_repeated_backward_reads_its_inputs_anew_and_writes_new_gradients(back
     """A backward call with the tensors of an earlier one launches what that one prepared: it must read the
     tensors' new contents (d_out and q changed in place), write new gradient tensors, and be right (against
     the float64 reference); the earlier call's gradients stay as they were."""
-    arch, kernels = backward
-    options = {} if kernels is None else {"backward_kernels": kernels}
-    attn, tensors, call, masks, lengths = make_case("document", heads=(4, 2), seed=9, arch=arch, **options)
+    attn, tensors, call, masks, lengths = pass_case("document", backward, seed=9)
     q, k, v, d_out = tensors
     out, lse = attn(q, k, v, return_lse=True, **call)
     first = attn.backward(q, k, v, out, lse, d_out, **call)
