@@ -21,14 +21,24 @@ _addresses = itertools.count(1 << 32, 1 << 20)  # 1 MiB apart: every fake alloca
 
 
 class Device:
+    record: Recorded | None = None  # (set by install)
+
     def __init__(self, id: int = 0):
         self.id = id
         self.attributes = {"MultiProcessorCount": 132}
 
     def __enter__(self):
+        if self.record is not None:
+            self.record.device_contexts += 1
+        if self.record is not None and self.record.current_device != self.id:
+            self._previous, self.record.current_device = self.record.current_device, self.id
+            self.record.device_switches += 1
         return self
 
     def __exit__(self, *exc):
+        if self.record is not None and hasattr(self, "_previous"):
+            self.record.current_device = self._previous
+            del self._previous
         return False
 
 
@@ -60,6 +70,9 @@ class Launch:
 class Recorded:
     launches: list[Launch] = field(default_factory=list)
     functions: dict[int, str] = field(default_factory=dict)  # driver handle -> kernel name
+    current_device: int = 0  # what cudaGetDevice says
+    device_contexts: int = 0  # times a Device context was entered
+    device_switches: int = 0  # ... and made its device current
 
 
 class _RawKernel:
@@ -87,6 +100,7 @@ def install(monkeypatch, signatures: dict[str, tuple]) -> Recorded:
     from maskc.runtime import launch, tensor_maps
 
     record = Recorded()
+    monkeypatch.setattr(Device, "record", record)
     cupy = types.ModuleType("cupy")
     cupy.ndarray = ndarray
     cupy.float32 = np.float32
@@ -96,7 +110,8 @@ def install(monkeypatch, signatures: dict[str, tuple]) -> Recorded:
     cupy.zeros = lambda shape, dtype=np.float16: ndarray(shape, dtype)
     cupy.int32 = np.int32
     cupy.cuda = types.SimpleNamespace(Device=Device, ExternalStream=lambda handle, device: _Stream(handle),
-                                      get_current_stream=lambda device=0: _Stream(STREAM))
+                                      get_current_stream=lambda device=0: _Stream(STREAM),
+                                      runtime=types.SimpleNamespace(getDevice=lambda: record.current_device))
     cupy.RawModule = lambda path: types.SimpleNamespace(get_function=lambda name: _RawKernel(name, record))
     monkeypatch.setitem(sys.modules, "cupy", cupy)
 
@@ -105,6 +120,7 @@ def install(monkeypatch, signatures: dict[str, tuple]) -> Recorded:
         addresses = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
         name = record.functions[int(function)]
         assert stream == launch._stream(STREAM) and (gy, gz, by, bz, extra) == (1, 1, 1, 1, 0)
+        assert record.current_device == 0, "a kernel of device 0 launched while another device was current"
         record.launches.append(Launch(name, gx, bx, shared, [ctypes.string_at(addresses[i], _SIZES[a.kind])
                                                              for i, a in enumerate(signatures[name])]))
         return (driver.CUresult.CUDA_SUCCESS,)
@@ -136,5 +152,6 @@ def clear_caches() -> None:
     from maskc import runtime
     from maskc.runtime import launch
 
-    for cache in (runtime._module, runtime._multiprocessors, launch.cupy_stream, launch.current_stream_of):
+    for cache in (runtime._module, runtime._multiprocessors, launch.cupy_stream, launch.current_stream_of,
+                  launch._current_device_function):
         cache.cache_clear()

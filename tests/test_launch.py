@@ -446,3 +446,25 @@ def test_every_example_launches_forward_and_backward_and_again(fake, launched_cu
     for a, b in zip(first[1:], again[1:]):
         args_a, args_b = _args(attn, bwd.args, a), _args(attn, bwd.args, b)
         assert {n for n in args_a if args_a[n] != args_b[n]} <= slots
+
+
+def test_a_launch_makes_its_device_current_only_where_another_one_is(fake):
+    """CuPy's device context costs ~1 us a launch: a launch on the current device goes without it; where another
+    device is current, the launch makes its own current for the kernels and restores the other after."""
+    from fake_cupy import STREAM
+
+    attn = maskc.load(CAUSAL, arch="sm_90a", head_dim=128, dtype="fp16")
+    record = fake(attn)
+    q, k, v, out, lse, d_out = _inputs(128, False)
+    attn(q, k, v)
+    attn.backward(q, k, v, out, lse, d_out)
+    (forward,), (backward,) = attn._launches.values(), attn._backward_launches.values()
+    launches = [lambda: forward.prepared.launch(STREAM, 1 << 20, 0),
+                lambda: backward.prepared.launch(STREAM, *(n << 20 for n in range(2, 7)))]
+    for current, entered in ((0, 0), (1, 1)):
+        for launch in launches:
+            record.current_device, record.device_contexts, record.device_switches = current, 0, 0
+            before = len(record.launches)
+            launch()
+            assert len(record.launches) > before
+            assert (record.device_contexts, record.device_switches, record.current_device) == (entered, entered, current)
