@@ -363,12 +363,14 @@ class Attention:
             values.update({f"{name}_stride_{d}": s for d, s in zip("bth", _token_strides(t, x.packed))})
         for name, t in (("dq", tq), ("dk", tk), ("dv", tv)):  # new contiguous tensors at every call (BACKWARD_SLOTS)
             strides = _contiguous_strides(t.shape)
-            values.update({f"{name}_stride_{d}": s for d, s in zip("bth", (0,) + strides[:2] if x.packed else strides[:3])})
+            sequence_token_head = (0,) + strides[:2] if x.packed else strides[:3]
+            values.update({f"{name}_stride_{d}": s for d, s in zip("bth", sequence_token_head)})
         values.update(zip(("lse_stride_b", "lse_stride_h"), _lse_strides(tq, x.packed)))
         values.update(num_heads=hq, kv_group=hq // hkv, scale_log2=x.scale * math.log2(math.e), scale=x.scale)
         device_tables = _upload(tables, tq.device, stream) + _upload(key_tables, tq.device, stream)
-        values.update(zip(("work", "row_ptr", "k_tiles", "kinds", "seq_table", "seg_start", "seg_code", "arrays",
-                           "key_work", "col_ptr", "q_tiles", "q_kinds", "q_items"), (a.data.ptr for a in device_tables)))
+        table_names = ("work", "row_ptr", "k_tiles", "kinds", "seq_table", "seg_start", "seg_code", "arrays",
+                       "key_work", "col_ptr", "q_tiles", "q_kinds", "q_items")
+        values.update(zip(table_names, (a.data.ptr for a in device_tables)))
         # per query tile and head, the fp32 sum of dS K over key tiles (fused: prep zeroes it, dq_store rounds it)
         dq_accum_shape = (len(desc.work_seq), hq, options.block_q * options.head_dim) if bwd.fused else None
         slots = BACKWARD_SLOTS + (("dq_accum",) if bwd.fused else ())

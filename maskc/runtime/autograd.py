@@ -71,7 +71,8 @@ def traced_values(params: dict) -> tuple[str, list]:
             values[name] = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
         except (ValueError, TypeError):
             raise ValueError(f"under torch.compile, runtime value '{name}' must be a tensor or a value torch.tensor "
-                             "accepts (per-sequence lists of one length); ragged lists work outside torch.compile") from None
+                             "accepts (per-sequence lists of one length); ragged lists work outside torch.compile"
+                             ) from None
     names = sorted(values)
     return ",".join(names), [values[n] for n in names]
 

@@ -2,10 +2,10 @@
 
 The first call of a signature (tensors, runtime values, options) checks everything, plans and packs the
 arguments; a repeated call rewrites only the pointers to its new outputs (and the backward's scratch) and
-launches: no checks, no planning, no host synchronisation (it can be captured in a CUDA graph). The packed arguments are kept as ctypes
-values with the array of their addresses that `cuLaunchKernel` takes, and the launch goes straight to the
-driver: 37 us of host time per call against 51 us through CuPy's per-argument conversion (H200,
-2026-12-03, docs/benchmarks.md). `MASKC_DIRECT_LAUNCH=0` launches through CuPy instead.
+launches: no checks, no planning, no host synchronisation (it can be captured in a CUDA graph). The arguments
+are packed once into one buffer, with the array of their addresses that `cuLaunchKernel` takes, and the launch
+goes straight to the driver: 37 us of host time per call against 51 us through CuPy's per-argument conversion
+(H200, 2026-12-03, docs/benchmarks.md). `MASKC_DIRECT_LAUNCH=0` launches through CuPy instead.
 """
 
 from __future__ import annotations
@@ -16,19 +16,18 @@ import functools
 import os
 import struct
 import threading
-from functools import lru_cache
 from collections.abc import Callable
+from functools import lru_cache
 from typing import NamedTuple
 
 from maskc.kernels import abi
 
 # How each kind of argument is stored for the driver: struct code, size, alignment (a CUtensorMap is 64-byte
 # aligned in CUDA's headers; the driver copies each argument from the address it is given).
-_STORAGE = {"ptr": ("Q", 8, 8), "i64": ("q", 8, 8), "i32": ("i", 4, 4), "f32": ("f", 4, 4), "tensor_map": ("128s", 128, 64)}
+_STORAGE = {"ptr": ("Q", 8, 8), "i64": ("q", 8, 8), "i32": ("i", 4, 4), "f32": ("f", 4, 4),
+            "tensor_map": ("128s", 128, 64)}
 _BUFFER_ALIGN = 64
-
-
-_layouts: dict[int, tuple] = {}
+_layouts: dict[int, tuple] = {}  # id(args) -> (args, struct, offsets)
 
 
 def _layout(args: tuple[abi.Arg, ...]) -> tuple[struct.Struct, tuple[int, ...]]:
@@ -105,7 +104,8 @@ class PreparedLaunch:
         self._params = ctypes.addressof(self._addresses)  # what cuLaunchKernel takes
         self._counter = None  # the scheduler's counter, set by every launch (the Hopper forward's)
         if "work_counter" in names:
-            self._counter = ctypes.c_uint64.from_buffer(self._buffer, self._shift + offsets[names.index("work_counter")])
+            at = self._shift + offsets[names.index("work_counter")]
+            self._counter = ctypes.c_uint64.from_buffer(self._buffer, at)
         self._lock = threading.Lock()  # the slots are shared by every call of this launch
         self._keep = keep  # device tables the arguments point to: alive as long as this launch
 
