@@ -44,7 +44,7 @@ LONG_ITEM_SHARES = 2
 def by_key(desc: Descriptor) -> KeyDescriptor:
     """The transpose of `desc`. Its arrays have a tile's entry each (65,536 for full attention at 32K), and its
     time was half page faults: glibc gave the freed temporaries back to the OS and faulted them in again at the
-    next call. So they are few and 32-bit, and grown in place where they can be."""
+    next call. So they are few, 32-bit where the values allow, and computed in place where they can be."""
     k_tiles = desc.blocks.tiles("k").astype(np.int64)
     k_base = np.concatenate([[0], np.cumsum(k_tiles)]).astype(np.int64)  # global key tile of tile 0 per sequence
     per_item = np.diff(desc.row_ptr)
