@@ -389,6 +389,32 @@ def test_plan_takes_cu_seqlens_or_a_padded_shape(attn, kw, message):
         attn.plan(**kw)
 
 
+_ODD_VALUES = st.one_of(st.integers(-3, 70), st.booleans(), st.floats(allow_nan=True), st.text(max_size=2),
+                        st.none(), st.lists(st.integers(-3, 40), max_size=4),
+                        st.lists(st.lists(st.integers(-3, 40), max_size=3), max_size=3))
+_BOUNDS = st.lists(st.integers(0, 80), max_size=5).map(lambda x: [0] + sorted(x))  # valid cu_seqlens
+
+
+@settings(max_examples=300, deadline=None)
+@given(shape=st.one_of(
+           st.fixed_dictionaries({"cu_seqlens": st.one_of(_BOUNDS, _BOUNDS.map(lambda x: np.array(x, dtype=np.int32)),
+                                                          st.lists(st.integers(-2, 80), max_size=5), _ODD_VALUES)}),
+           st.fixed_dictionaries({"batch": st.one_of(st.integers(0, 3), _ODD_VALUES),
+                                  "n": st.one_of(st.integers(0, 80), _ODD_VALUES)})),
+       params=st.dictionaries(st.sampled_from(["responses", "bonus", "table", "w", "nope", "n"]),
+                              st.one_of(st.lists(st.integers(0, 20), max_size=3), st.integers(0, 5), _ODD_VALUES),
+                              max_size=2))
+def test_plan_of_any_values_is_a_plan_or_says_what_is_wrong(attn, shape, params):
+    """Attention.plan on any cu_seqlens or padded shape and any runtime values: a Plan, or a ValueError that says
+    why (a MaskError pointing into the mask is one); never another exception."""
+    try:
+        plan = attn.plan(**(params | shape))
+    except ValueError as error:
+        assert str(error)
+        return
+    assert plan.mask == attn.compiled.fingerprint and plan.key_tables is not None  # (sm_80 has a backward)
+
+
 def test_plan_checks_runtime_values_as_the_call_does(attn):
     with pytest.raises(ValueError, match="unknown runtime parameter 'nope'"):
         attn.plan(cu_seqlens=[0, 64], nope=1)

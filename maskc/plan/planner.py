@@ -932,8 +932,8 @@ def kernel_tables(code, desc: Descriptor, layouts: list[ConcreteLayout], values:
             array_parts.append(a.reshape(-1).astype(np.int32))
             array_offset += a.size
     # The sequence values, each evaluated for all sequences at once (sequence by sequence if it reads a list,
-    # or to name the sequence that divides by zero).
-    sources = _seq_value_sources(code)
+    # or to name the sequence that divides by zero). An empty batch has none (nor the parameters they read).
+    sources = _seq_value_sources(code) if batch else ()
     if None in sources:
         env = Env(params={name: scalar_column(values, name) for name in (values[0].scalars if values else ())},
                   bounds={(name, end): bounds[:, s + end] for s, name in enumerate(code.segment_names) for end in (False, True)})

@@ -90,7 +90,10 @@ def _host_ints(x, name: str) -> np.ndarray:
         x = x.detach().cpu().numpy()
     elif mod.startswith("cupy"):
         x = x.get()
-    arr = np.asarray(x)
+    try:
+        arr = np.asarray(x)
+    except (ValueError, TypeError):  # ragged nested lists, say
+        raise ValueError(f"{name} must be a 1-D integer array, got {type(x).__name__} {x!r:.60}") from None
     if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(f"{name} must be a 1-D integer array, got shape {arr.shape} and dtype {arr.dtype}")
     return arr.astype(np.int64)
