@@ -4,6 +4,7 @@ The launch itself is tested on the GPU machine (tests/gpu)."""
 
 from __future__ import annotations
 
+import functools
 import pickle
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from small_configs import SMALL
 
 import maskc
 from maskc.kernels import KernelOptions
@@ -466,3 +468,48 @@ def test_plan_keys_of_the_same_values_agree_whether_lists_or_tuples(batch, flips
 
     other = [{name: flip(value) for name, value in s.items()} for s in batch]
     assert CompiledMask.plan_key(other) == CompiledMask.plan_key(batch)
+
+
+_ODD = st.sampled_from([-1, -(2**31), 2**31, 2**40, 1.5, True, "3", None, [], [1, -1], [[1], [2, 3]], {"a": 1}])
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_every_examples_plan_of_odd_values_is_a_plan_or_says_what_is_wrong(data):
+    """Each example's small batch with one runtime value changed (to a negative, an int past 32 bits, a float, a
+    bool, a string, None, a list where a number goes, a number where a list goes, a ragged list), or a sequence's
+    value dropped, or the sequences' lengths changed: Attention.plan gives a Plan or a ValueError, and a value the
+    kernels cannot hold is never planned silently."""
+    name = data.draw(st.sampled_from(sorted(SMALL)), label="example")
+    consts, sequences = SMALL[name]
+    attn = _example_attention(name)
+    values, layouts = attn.compiled.bind(sequences)
+    lengths = [lay.n for lay in layouts]
+    params = {p.name: [val.arrays[p.name].tolist() if p.type.depth else val.scalars[p.name] for val in values]
+              for p in attn.program.runtime_params}
+    change = data.draw(st.sampled_from(["value", "value", "drop", "lengths"]), label="change")
+    if change == "value" and params:
+        param = data.draw(st.sampled_from(sorted(params)), label="param")
+        b = data.draw(st.integers(0, len(lengths) - 1), label="sequence")
+        params[param][b] = data.draw(_ODD, label="odd value")
+    elif change == "drop" and params:
+        params[data.draw(st.sampled_from(sorted(params)), label="param")].pop()
+    else:
+        b = data.draw(st.integers(0, len(lengths) - 1), label="sequence")
+        lengths[b] = data.draw(st.sampled_from([0, 1, lengths[b] + 1, lengths[b] * 3, 2**31]), label="length")
+    cu = np.concatenate([[0], np.cumsum(lengths)])
+    try:
+        plan = attn.plan(cu_seqlens=cu, **params)
+    except ValueError as error:
+        assert str(error)
+        return
+    code, seq_table = attn.compiled.code, plan.tables[1].seq_table
+    for i, value in enumerate(code.seq_values):  # the mask code reads each in the C type its range needs
+        if value.ctype == "int":
+            column = seq_table[:, code.seq_table.value(i)]
+            assert ((-(2**31) <= column) & (column < 2**31)).all(), f"{value.text} does not fit its int"
+
+
+@functools.lru_cache(maxsize=None)
+def _example_attention(name):
+    return maskc.load(EXAMPLES / f"{name}.mask", arch="sm_90a", **SMALL[name][0])
