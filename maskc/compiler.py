@@ -20,7 +20,7 @@ import numpy as np
 from maskc import gcpause, ir
 from maskc.build import Artifact, compile_source
 from maskc.codegen import MaskCode, render_source
-from maskc.diagnostics import Diagnostic, MaskError, Span, ValueProblem, error, show_value
+from maskc.diagnostics import Diagnostic, MaskError, Span, ValueProblem, error, show_value, value_problem
 from maskc.front import read_file, read_program
 from maskc.ir.ranges import INT64, check_ranges
 from maskc.kernels import KernelOptions, kernel_name
@@ -50,7 +50,8 @@ def bind_consts(program: ir.Program, given: dict[str, object]) -> ir.Program:
     unknown = sorted(name for name in given if name != "n" and program.param(name) is None)
     if unknown:
         names = ", ".join(p.name for p in program.params) or "none"
-        raise error(program.span, f"unknown parameter '{unknown[0]}'", f"the parameters of {program.name}: {names}")
+        raise value_problem(program.span, f"unknown parameter '{unknown[0]}'",
+                            f"the parameters of {program.name}: {names}")
     values = []
     for p in program.params:
         if not p.const:
@@ -59,15 +60,15 @@ def bind_consts(program: ir.Program, given: dict[str, object]) -> ir.Program:
             raise error(p.span, f"const parameter '{p.name}' is a list; only scalars can be const")
         value = given.get(p.name, p.default)
         if value is None:
-            raise error(p.span, f"const parameter '{p.name}' has no value",
-                        f"give one when compiling (--param {p.name}=...) or declare a default")
+            raise value_problem(p.span, f"const parameter '{p.name}' has no value",
+                                f"give one when compiling (--param {p.name}=...) or declare a default")
         wants_bool = p.type.elem == "bool"
         if isinstance(value, bool) != wants_bool or not isinstance(value, (int, np.integer, bool)):
-            raise error(p.span, f"const parameter '{p.name}' is {p.type}, got {show_value(value)}")
+            raise value_problem(p.span, f"const parameter '{p.name}' is {p.type}, got {show_value(value)}")
         if not wants_bool and not INT64[0] <= int(value) <= INT64[1]:
             # A C compiler would wrap the literal silently: the kernel would test another value.
-            raise error(p.span, f"const parameter '{p.name}' = {int(value)} does not fit in a 64-bit integer",
-                        "const values must lie in [-2^63, 2^63 - 1]")
+            raise value_problem(p.span, f"const parameter '{p.name}' = {int(value)} does not fit in a 64-bit "
+                                "integer", "const values must lie in [-2^63, 2^63 - 1]")
         values.append((p.name, bool(value) if wants_bool else int(value)))
     return replace(program, consts=tuple(values))
 

@@ -513,3 +513,26 @@ def test_every_examples_plan_of_odd_values_is_a_plan_or_says_what_is_wrong(data)
 @functools.lru_cache(maxsize=None)
 def _example_attention(name):
     return maskc.load(EXAMPLES / f"{name}.mask", arch="sm_90a", **SMALL[name][0])
+
+
+_OPTION_VALUES = st.one_of(st.sampled_from([64, 128, 256, 100, 0, -1, "bf16", "fp16", "fp32", "sm_80", "sm_90a",
+                                            "sm_70", "sm_100", "hopper", "hopper_fused", "portable", "x", 2, 3,
+                                            True, False, None, 1.5, [64], "128"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(options=st.dictionaries(st.sampled_from(["head_dim", "dtype", "arch", "key_tile", "kv_stages",
+                                                "backward_kernels", "deterministic", "w", "bonus", "n", "zzz"]),
+                               _OPTION_VALUES, max_size=4))
+def test_loading_with_any_options_compiles_or_says_what_is_wrong(options):
+    """maskc.loads with any kernel options and load-time keywords: an Attention whose options are the ones given,
+    or a ValueError (a MaskError pointing into the mask is one); never another exception. (Nothing is built:
+    NVRTC runs at the first call.)"""
+    try:
+        attn = maskc.loads(SHARED_PROMPT, **options)
+    except ValueError as error:
+        assert str(error)
+        return
+    for name in ("head_dim", "dtype", "arch"):
+        if name in options:
+            assert getattr(attn.compiled.options, name) == options[name]
