@@ -16,6 +16,8 @@ import bounded
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from small_configs import SMALL
 
 import maskc
@@ -983,3 +985,29 @@ def test_explain_dumps_the_whole_packed_batch(run, tmp_path):
         assert block.sum() == block[:, cu[b]:cu[b + 1]].sum(), "no pair crosses sequences"
     too_big = run("explain", example("causal"), "--dump-batch", str(tmp_path / "x.npz"))
     assert too_big.exit_code == 1 and "--dump-batch writes a T x T array" in too_big.stderr
+
+
+_CLI_VALUES = st.sampled_from(["-1", "0", "3", "2147483648", "99999999999999999999", "1.5", "true", "x", "[]",
+                               "[1, 2]", "[[1], [2, 3]]", "[-5, 7]", "[1, 2", "", "=", "1e3", "0x10", "32_768"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(sorted(SMALL)), data=st.data())
+def test_explain_with_odd_values_exits_cleanly(name, data):
+    """`maskc explain` with one --param of the example's given an odd value (or a name it does not have, or an
+    odd --n): exit 0, or 1 for an error in the values, or 2 for misuse, with a message; never 3 (a maskc bug)."""
+    args = small_args(name)
+    params = [i for i, a in enumerate(args) if a == "--param"]
+    choice = data.draw(st.sampled_from(["param", "unknown", "n"] if params else ["unknown", "n"]))
+    if choice == "param":
+        i = data.draw(st.sampled_from(params)) + 1
+        args[i] = args[i].split("=")[0] + "=" + data.draw(_CLI_VALUES)
+    elif choice == "unknown":
+        args += ["--param", "zzz=" + data.draw(_CLI_VALUES)]
+    else:
+        args += ["--n", data.draw(st.sampled_from(["-1", "0", "1", "x", "5000000000"]))]
+    runner = CliRunner(env={"MASKC_DEBUG": None})
+    result = runner.invoke(cli.cli, ["explain", str(EXAMPLES / f"{name}.mask"), *args], prog_name="maskc")
+    assert result.exit_code in (0, 1, 2), result.output
+    if result.exit_code:
+        assert "error" in result.output.lower() or "usage" in result.output.lower(), result.output
