@@ -51,7 +51,8 @@ def _inputs(head_dim: int, packed: bool):
     return q, k, v, ndarray(shape_q), lse, ndarray(shape_q)
 
 
-def _args(attn, kernel_args, launch) -> dict[str, bytes]:
+def _args(kernel_args, launch) -> dict[str, bytes]:
+    """A recorded launch's arguments by name."""
     return {a.name: b for a, b in zip(kernel_args, launch.args)}
 
 
@@ -85,10 +86,10 @@ def test_a_repeated_backward_launches_what_the_first_prepared_with_its_new_outpu
     for a, b in zip(once, again):
         assert (a.grid, a.threads, a.shared) == (b.grid, b.threads, b.shared)
         assert b.args == again[0].args  # the kernels of one call share their arguments
-        args_a, args_b = _args(attn, bwd.args, a), _args(attn, bwd.args, b)
+        args_a, args_b = _args(bwd.args, a), _args(bwd.args, b)
         assert {n for n in args_a if args_a[n] != args_b[n]} == set(slots)  # only the new buffers' pointers
     for grads, launch in ((first, once[0]), (second, again[0])):
-        args = _args(attn, bwd.args, launch)
+        args = _args(bwd.args, launch)
         assert [args[n] for n in ("dq", "dk", "dv")] == [_pointer(g) for g in grads]
         for name, heads in (("dq", HEADS), ("dk", KV_HEADS), ("dv", KV_HEADS)):  # contiguous, in elements
             strides = [int.from_bytes(args[f"{name}_stride_{d}"], "little") for d in "bth"]
@@ -112,7 +113,7 @@ def test_a_backward_given_other_tensors_is_prepared_for_them(fake, arch, head_di
     attn.backward(q, k, v, out, lse, other)
     assert len(attn._backward_launches) == 2
     kernels = len(attn.compiled.options.backward.kernels)
-    first, second = (_args(attn, attn.compiled.options.backward.args, record.launches[i]) for i in (0, kernels))
+    first, second = (_args(attn.compiled.options.backward.args, record.launches[i]) for i in (0, kernels))
     assert first["dout"] == _pointer(d_out) and second["dout"] == _pointer(other)
     if "tm_dout" in first:  # the Hopper kernels read dO through a tensor map of its address
         assert first["tm_dout"][:8] == _pointer(d_out) and second["tm_dout"][:8] == _pointer(other)
@@ -125,7 +126,7 @@ def test_a_repeated_forward_launches_what_the_first_prepared_with_its_new_output
     out1, lse1 = attn(q, k, v, return_lse=True)
     out2, lse2 = attn(q, k, v, return_lse=True)
     args = attn.compiled.options.family.forward_args
-    first, second = (_args(attn, args, launch) for launch in record.launches)
+    first, second = (_args(args, launch) for launch in record.launches)
     assert {n for n in first if first[n] != second[n]} == {"o", "lse"}
     assert (first["o"], first["lse"], second["o"], second["lse"]) == tuple(map(_pointer, (out1, lse1, out2, lse2)))
     assert first["tm_q"][:8] == _pointer(q) and first["work_counter"] != bytes(8)
@@ -201,7 +202,7 @@ def test_through_cupy_a_launch_passes_the_same_arguments(fake, monkeypatch):
         record = record or fake(attn)
         attn.backward(q, k, v, out, lse, d_out)
         grads = attn.backward(q, k, v, out, lse, d_out)  # the prepared launch
-        last = _args(attn, attn.compiled.options.backward.args, record.launches[-1])
+        last = _args(attn.compiled.options.backward.args, record.launches[-1])
         assert [last[n] for n in ("dq", "dk", "dv")] == [_pointer(g) for g in grads]
         records.append(list(record.launches))
         record.launches.clear()
@@ -212,7 +213,7 @@ def test_through_cupy_a_launch_passes_the_same_arguments(fake, monkeypatch):
     assert len(records[0]) == len(records[1]) == 2 * len(bwd.kernels)
     for a, b in zip(*records):
         assert (a.kernel, a.grid, a.threads, a.shared) == (b.kernel, b.grid, b.threads, b.shared)
-        args_a, args_b = _args(attn, bwd.args, a), _args(attn, bwd.args, b)
+        args_a, args_b = _args(bwd.args, a), _args(bwd.args, b)
         assert {n for n in args_a if args_a[n] != args_b[n]} <= slots
 
 
@@ -389,9 +390,9 @@ def test_threads_sharing_a_prepared_launch_each_launch_with_their_own_outputs(fa
     written = {"fwd": [], "bwd": []}
     for launch in record.launches:
         if launch.kernel == attn.compiled.name:
-            written["fwd"].append(int.from_bytes(_args(attn, forward_args, launch)["o"], "little"))
+            written["fwd"].append(int.from_bytes(_args(forward_args, launch)["o"], "little"))
         elif launch.kernel == attn.compiled.backward_names[-1]:  # each backward's last kernel
-            written["bwd"].append(int.from_bytes(_args(attn, backward_args, launch)["dq"], "little"))
+            written["bwd"].append(int.from_bytes(_args(backward_args, launch)["dq"], "little"))
     for kind in ("fwd", "bwd"):
         mine = sorted(ptr for k, ptr in results if k == kind)
         assert sorted(written[kind][1:]) == mine  # (the first launch was the preparing call's)
@@ -440,11 +441,11 @@ def test_every_example_launches_forward_and_backward_and_again(fake, launched_cu
     per_call = 1 + len(bwd.kernels)
     assert [x.kernel for x in record.launches] == 2 * [attn.compiled.name, *attn.compiled.backward_names]
     first, again = record.launches[:per_call], record.launches[per_call:]
-    fwd_a, fwd_b = _args(attn, forward, first[0]), _args(attn, forward, again[0])
+    fwd_a, fwd_b = _args(forward, first[0]), _args(forward, again[0])
     assert {n for n in fwd_a if fwd_a[n] != fwd_b[n]} <= {"lse"} and fwd_b["lse"] == bytes(8)  # (no LSE asked for)
     slots = set(BACKWARD_SLOTS) | {"dq_accum", "lse"}  # (a new lse array each call here)
     for a, b in zip(first[1:], again[1:]):
-        args_a, args_b = _args(attn, bwd.args, a), _args(attn, bwd.args, b)
+        args_a, args_b = _args(bwd.args, a), _args(bwd.args, b)
         assert {n for n in args_a if args_a[n] != args_b[n]} <= slots
 
 
