@@ -70,9 +70,18 @@ class Launch:
 class Recorded:
     launches: list[Launch] = field(default_factory=list)
     functions: dict[int, str] = field(default_factory=dict)  # driver handle -> kernel name
+    device_memory: dict[int, bytes] = field(default_factory=dict)  # what was copied to the device, by address
     current_device: int = 0  # what cudaGetDevice says
     device_contexts: int = 0  # times a Device context was entered
     device_switches: int = 0  # ... and made its device current
+
+
+def device_bytes(record: Recorded, address: int, size: int) -> bytes:
+    """`size` bytes at a device address inside what was copied there."""
+    for start, data in record.device_memory.items():
+        if start <= address and address + size <= start + len(data):
+            return data[address - start:address - start + size]
+    raise AssertionError(f"nothing copied to the device holds {size} bytes at {address:#x}")
 
 
 class _RawKernel:
@@ -106,7 +115,7 @@ def install(monkeypatch, signatures: dict[str, tuple]) -> Recorded:
     cupy.float32 = np.float32
     cupy.empty = lambda shape, dtype=np.float16: ndarray(shape, dtype)
     cupy.empty_like = lambda a: ndarray(a.shape, a.dtype)
-    cupy.asarray = lambda a: ndarray(np.shape(a), np.asarray(a).dtype)
+    cupy.asarray = lambda a: _copied(record, a)
     cupy.zeros = lambda shape, dtype=np.float16: ndarray(shape, dtype)
     cupy.int32 = np.int32
     cupy.cuda = types.SimpleNamespace(Device=Device, ExternalStream=lambda handle, device: _Stream(handle),
@@ -132,6 +141,14 @@ def install(monkeypatch, signatures: dict[str, tuple]) -> Recorded:
     monkeypatch.setattr(runtime, "_per_plan_values", {})
     monkeypatch.setattr(launch, "_work_counters", launch._WorkCounters())
     return record
+
+
+def _copied(record: Recorded, host) -> ndarray:
+    """A host array copied to the (fake) device: its bytes kept at its address, for `Recorded.device_bytes`."""
+    host = np.ascontiguousarray(host)
+    array = ndarray(host.shape, host.dtype)
+    record.device_memory[array.data.ptr] = host.tobytes()
+    return array
 
 
 class _Stream:

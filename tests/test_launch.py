@@ -469,3 +469,35 @@ def test_a_launch_makes_its_device_current_only_where_another_one_is(fake):
             launch()
             assert len(record.launches) > before
             assert (record.device_contexts, record.device_switches, record.current_device) == (entered, entered, current)
+
+
+@pytest.mark.parametrize("name", ["tree", "rm_shared", "clear_text"])
+def test_the_plans_tables_are_on_the_device_where_the_arguments_point(fake, name):
+    """A plan's tables (and the backward's by key tile) go to the device in one copy; each table argument points
+    at its table's bytes there."""
+    from fake_cupy import device_bytes
+
+    from maskc.runtime import KEY_TABLE_ARGS, TABLE_ARGS
+
+    consts, sequences = SMALL[name]
+    attn = maskc.load(EXAMPLES / f"{name}.mask", arch="sm_90a", head_dim=64, dtype="fp16", **consts)
+    record = fake(attn)
+    values, layouts = attn.compiled.bind(sequences)
+    lengths = [lay.n for lay in layouts]
+    params = {p.name: [val.arrays[p.name].tolist() if p.type.depth else val.scalars[p.name] for val in values]
+              for p in attn.program.runtime_params}
+    tokens = sum(lengths)
+    q, out, d_out = (ndarray((tokens, 2, 64)) for _ in range(3))
+    call = {"cu_seqlens": np.concatenate([[0], np.cumsum(lengths)]), **params}
+    attn(q, q, q, out=out, **call)
+    attn.backward(q, q, q, out, ndarray((2, tokens), np.float32), d_out, **call)
+    plan = attn.plan(**call)
+    tables, key_tables = plan.tables[1].arrays_in_order(), plan.key_tables.arrays_in_order()
+    forward = _args(attn.compiled.options.family.forward_args, record.launches[0])
+    backward = _args(attn.compiled.options.backward.args, record.launches[1])
+    for args, names, arrays in ((forward, TABLE_ARGS, tables), (backward, TABLE_ARGS + KEY_TABLE_ARGS,
+                                                                tables + key_tables)):
+        for arg, table in zip(names, arrays):
+            address = int.from_bytes(args[arg], "little")
+            assert address % 256 == 0
+            assert device_bytes(record, address, table.nbytes) == np.ascontiguousarray(table).tobytes(), arg

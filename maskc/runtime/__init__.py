@@ -370,10 +370,8 @@ class Attention:
             values.update({f"{name}_stride_{d}": s for d, s in zip("bth", sequence_token_head)})
         values.update(zip(("lse_stride_b", "lse_stride_h"), _lse_strides(tq, x.packed)))
         values.update(num_heads=hq, kv_group=hq // hkv, scale_log2=x.scale * math.log2(math.e), scale=x.scale)
-        device_tables = _upload(tables, tq.device, stream) + _upload(key_tables, tq.device, stream)
-        table_names = ("work", "row_ptr", "k_tiles", "kinds", "seq_table", "seg_start", "seg_code", "arrays",
-                       "key_work", "col_ptr", "q_tiles", "q_kinds", "q_items")
-        values.update(zip(table_names, (a.data.ptr for a in device_tables)))
+        device_tables = (_upload(tables, tq.device, stream), _upload(key_tables, tq.device, stream))
+        values.update(zip(TABLE_ARGS + KEY_TABLE_ARGS, device_tables[0].pointers + device_tables[1].pointers))
         # per query tile and head, the fp32 sum of dS K over key tiles (fused: prep zeroes it, dq_store rounds it)
         dq_accum_shape = (len(desc.work_seq), hq, options.block_q * options.head_dim) if bwd.fused else None
         slots = BACKWARD_SLOTS + (("dq_accum",) if bwd.fused else ())
@@ -413,14 +411,13 @@ class Attention:
         work_items = len(desc.work_seq)
         if work_items == 0 or hq == 0:
             return None
-        device_tables = dict(zip(("work", "row_ptr", "k_tiles", "kinds", "seq_table", "seg_start", "seg_code", "arrays"),
-                                 _upload(tables, tq.device, stream)))
+        device_tables = _upload(tables, tq.device, stream)
         values = {
             "o": to.ptr, "lse": tl.ptr,
             **{f"o_stride_{d}": s for d, s in zip("bth", strides["o"])},
             "lse_stride_b": lse_strides[0], "lse_stride_h": lse_strides[1],
             "num_heads": hq, "kv_group": hq // hkv, "scale_log2": scale * math.log2(math.e),
-            **{name: arr.data.ptr for name, arr in device_tables.items()},
+            **dict(zip(TABLE_ARGS, device_tables.pointers)),
         }
         names = {a.name for a in family.forward_args}
         if "q" in names:  # the portable kernel reads Q, K and V through pointers
@@ -597,6 +594,11 @@ class _Launch:
         self.launch(out, lse)
         return (out, lse) if return_lse else out
 
+
+# The kernel arguments that point at a plan's tables (KernelTables.arrays_in_order), and at the backward's tables
+# by key tile (KeyTables.arrays_in_order).
+TABLE_ARGS = ("work", "row_ptr", "k_tiles", "kinds", "seq_table", "seg_start", "seg_code", "arrays")
+KEY_TABLE_ARGS = ("key_work", "col_ptr", "q_tiles", "q_kinds", "q_items")
 
 # The backward's pointer arguments each call gives new tensors, in the order `_BackwardLaunch.run` passes them
 # (the fused pass adds dq_accum).
@@ -892,15 +894,38 @@ def _per_plan(what: str, plan_part, device: int, compute: Callable[[], object]):
     return value
 
 
-def _upload(tables, device: int, stream) -> tuple:
-    """Device copies of the kernel tables, made once per (tables, device) and kept with them."""
-    def copies():
+_TABLE_ALIGN = 256  # bytes between the starts of two tables in their device buffer (the kernels read 16 at most)
+
+
+@dataclass(frozen=True, eq=False)
+class _DeviceTables:
+    """A plan's tables on the device: one buffer (kept alive by whoever holds this), each table at its pointer."""
+
+    buffer: object
+    pointers: tuple[int, ...]  # in arrays_in_order()'s order
+
+
+def _upload(tables, device: int, stream) -> _DeviceTables:
+    """Device copies of the kernel tables, made once per (tables, device) and kept with them: one buffer and one
+    copy for all of them (a copy through CuPy costs several us of host time, and a plan has 8 tables, its
+    backward's 5 more)."""
+    def copy() -> _DeviceTables:
         import cupy
 
+        arrays = tables.arrays_in_order()
+        offsets, end = [], 0
+        for a in arrays:
+            end += -end % _TABLE_ALIGN
+            offsets.append(end)
+            end += a.nbytes
+        host = np.zeros(max(end, 1), dtype=np.uint8)
+        for a, at in zip(arrays, offsets):
+            host[at:at + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
         with cupy.cuda.Device(device), stream:
-            return tuple(cupy.asarray(a) for a in tables.arrays_in_order())
+            buffer = cupy.asarray(host)
+        return _DeviceTables(buffer, tuple(buffer.data.ptr + at for at in offsets))
 
-    return _per_plan("uploaded", tables, device, copies)
+    return _per_plan("uploaded", tables, device, copy)
 
 
 def load(path, **options) -> Attention:
