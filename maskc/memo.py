@@ -1,5 +1,6 @@
 """Values derived once per object, for the immutable objects every call passes around (IR programs, generated
-mask code): found again by the object's identity, since equality would walk a whole program."""
+mask code, kernels' argument lists): found again by the object's identity, since equality would walk a whole
+program (and hashing an argument list costs more than the value derived from it)."""
 
 from __future__ import annotations
 

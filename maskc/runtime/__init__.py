@@ -21,6 +21,7 @@ import numpy as np
 
 from maskc.compiler import CompiledMask, frozen_values
 from maskc.diagnostics import Span, ValueProblem, value_problem
+from maskc.memo import per_object
 from maskc.plan.by_key import KeyTables, long_items
 from maskc.runtime.launch import Kernel, PreparedLaunch, cupy_stream, current_stream_handle, current_stream_of
 from maskc.runtime.tensor_maps import grid_box_map, tensor_map
@@ -363,11 +364,11 @@ class Attention:
         named = {"q": tq, "k": tk, "v": tv, "o": to, "dout": tdo}
         values = {name: t.ptr for name, t in named.items()} | {"lse": tl.ptr}
         for name, t in named.items():
-            values.update({f"{name}_stride_{d}": s for d, s in zip("bth", _token_strides(t, x.packed))})
+            values.update(zip(_STRIDES[name], _token_strides(t, x.packed)))
         for name, t in (("dq", tq), ("dk", tk), ("dv", tv)):  # new contiguous tensors at every call (BACKWARD_SLOTS)
             strides = _contiguous_strides(t.shape)
             sequence_token_head = (0,) + strides[:2] if x.packed else strides[:3]
-            values.update({f"{name}_stride_{d}": s for d, s in zip("bth", sequence_token_head)})
+            values.update(zip(_STRIDES[name], sequence_token_head))
         values.update(zip(("lse_stride_b", "lse_stride_h"), _lse_strides(tq, x.packed)))
         values.update(num_heads=hq, kv_group=hq // hkv, scale_log2=x.scale * math.log2(math.e), scale=x.scale)
         device_tables = (_upload(tables, tq.device, stream), _upload(key_tables, tq.device, stream))
@@ -376,7 +377,7 @@ class Attention:
         dq_accum_shape = (len(desc.work_seq), hq, options.block_q * options.head_dim) if bwd.fused else None
         slots = BACKWARD_SLOTS + (("dq_accum",) if bwd.fused else ())
         values.update(dict.fromkeys(slots, 0))  # set by every launch
-        if any(a.name == "tm_q" for a in bwd.args):  # the Hopper kernels read through TMA tensor maps
+        if "tm_q" in _names(bwd.args):  # the Hopper kernels read through TMA tensor maps
             q_run, k_run = min(compiled.tiling.run("q"), bwd.q_step), compiled.tiling.run("k")
             values.update(_tensor_maps(options, x.packed, {"q": (tq, q_run), "dout": (tdo, q_run), "k": (tk, k_run),
                                                            "v": (tv, k_run)}))
@@ -414,16 +415,16 @@ class Attention:
         device_tables = _upload(tables, tq.device, stream)
         values = {
             "o": to.ptr, "lse": tl.ptr,
-            **{f"o_stride_{d}": s for d, s in zip("bth", strides["o"])},
+            **dict(zip(_STRIDES["o"], strides["o"])),
             "lse_stride_b": lse_strides[0], "lse_stride_h": lse_strides[1],
             "num_heads": hq, "kv_group": hq // hkv, "scale_log2": scale * math.log2(math.e),
             **dict(zip(TABLE_ARGS, device_tables.pointers)),
         }
-        names = {a.name for a in family.forward_args}
+        names = _names(family.forward_args)
         if "q" in names:  # the portable kernel reads Q, K and V through pointers
             for t, x in (("q", tq), ("k", tk), ("v", tv)):
                 values[t] = x.ptr
-                values.update({f"{t}_stride_{d}": s for d, s in zip("bth", strides[t])})
+                values.update(zip(_STRIDES[t], strides[t]))
         if "tm_q" in names:  # the Hopper kernels read them through TMA tensor maps
             q_run, k_run = compiled.tiling.run("q"), compiled.tiling.run("k")
             values.update(_tensor_maps(options, packed, {"q": (tq, q_run), "k": (tk, k_run), "v": (tv, k_run)}))
@@ -593,6 +594,16 @@ class _Launch:
             lse = self.new_lse(q)
         self.launch(out, lse)
         return (out, lse) if return_lse else out
+
+
+# Each tensor's (sequence, token, head) stride arguments (abi.TENSORS, abi.BACKWARD_TENSORS).
+_STRIDES = {t: tuple(f"{t}_stride_{d}" for d in "bth") for t in ("q", "k", "v", "o", "dout", "dq", "dk", "dv")}
+
+
+@per_object  # (by the list's identity: a family's argument lists are constants, and hashing one costs ~7 us)
+def _names(args: tuple) -> frozenset[str]:
+    """The names of a kernel's arguments."""
+    return frozenset(a.name for a in args)
 
 
 # The kernel arguments that point at a plan's tables (KernelTables.arrays_in_order), and at the backward's tables

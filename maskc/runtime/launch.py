@@ -21,26 +21,17 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from maskc.kernels import abi
+from maskc.memo import per_object
 
 # How each kind of argument is stored for the driver: struct code, size, alignment (a CUtensorMap is 64-byte
 # aligned in CUDA's headers; the driver copies each argument from the address it is given).
 _STORAGE = {"ptr": ("Q", 8, 8), "i64": ("q", 8, 8), "i32": ("i", 4, 4), "f32": ("f", 4, 4),
             "tensor_map": ("128s", 128, 64)}
 _BUFFER_ALIGN = 64
-_layouts: dict[int, tuple] = {}  # id(args) -> (args, struct, offsets)
-
-
+@per_object  # (by the list's identity: a family's argument lists are constants, and hashing one costs ~7 us)
 def _layout(args: tuple[abi.Arg, ...]) -> tuple[struct.Struct, tuple[int, ...]]:
     """Where a kernel's arguments go in one buffer (each at an offset aligned to its kind), and the struct that
-    packs them all in one call (checking each value's range as it does). Found by the identity of `args` (the
-    families' argument lists are constants; hashing one costs ~7 us)."""
-    hit = _layouts.get(id(args))
-    if hit is None or hit[0] is not args:
-        hit = _layouts[id(args)] = (args, *_make_layout(args))
-    return hit[1], hit[2]
-
-
-def _make_layout(args: tuple[abi.Arg, ...]) -> tuple[struct.Struct, tuple[int, ...]]:
+    packs them all in one call (checking each value's range as it does)."""
     fmt, offsets, at = ["<"], [], 0
     for arg in args:
         code, size, align = _STORAGE[arg.kind]
