@@ -297,6 +297,12 @@ def frozen_values(value) -> object:
     if isinstance(value, np.ndarray):
         return ("ndarray", value.dtype.str, value.shape, value.tobytes())
     if isinstance(value, (list, tuple)):
+        # Most lists are of ints (a length per document), or of such lists (a packed batch's per-sequence lists):
+        # a tuple of them, not a tuple per value.
+        if all(type(v) is int for v in value):
+            return ("ints", tuple(value))
+        if all(type(v) in (list, tuple) and all(type(x) is int for x in v) for v in value):
+            return ("lists of ints", tuple(map(tuple, value)))
         return ("list", tuple(frozen_values(v) for v in value))
     return (type(value).__name__, value)
 
