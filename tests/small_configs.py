@@ -22,3 +22,15 @@ SMALL = {
     "tree": ({}, [{"n": 60}, {"n": 40, "parent": [-1, 0, 1, 0, 3, 3, -1, 6]}]),
     "video3d": ({"frames": 3, "h": 7, "w": 9}, [{"rt": 1, "ry": 2, "rx": 3}]),
 }
+
+
+def packed_call(attn, sequences) -> tuple[list[int], dict]:
+    """The sequences' lengths, and the keywords of a packed call on them: cu_seqlens (numpy) and every runtime
+    parameter as one value per sequence."""
+    import numpy as np
+
+    values, layouts = attn.compiled.bind(sequences)
+    lengths = [lay.n for lay in layouts]
+    params = {p.name: [val.arrays[p.name].tolist() if p.type.depth else val.scalars[p.name] for val in values]
+              for p in attn.program.runtime_params}
+    return lengths, {"cu_seqlens": np.concatenate([[0], np.cumsum(lengths)]), **params}

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from fake_cupy import clear_caches, install, ndarray
-from small_configs import SMALL
+from small_configs import SMALL, packed_call
 
 import maskc
 from maskc.runtime import BACKWARD_SLOTS
@@ -425,14 +425,10 @@ def test_every_example_launches_forward_and_backward_and_again(fake, launched_cu
     consts, sequences = SMALL[name]
     attn = maskc.load(EXAMPLES / f"{name}.mask", arch=arch, head_dim=head_dim, dtype="fp16", **consts)
     record = fake(attn)
-    values, layouts = attn.compiled.bind(sequences)
-    lengths = [lay.n for lay in layouts]
-    params = {p.name: [val.arrays[p.name].tolist() if p.type.depth else val.scalars[p.name] for val in values]
-              for p in attn.program.runtime_params}
+    lengths, call = packed_call(attn, sequences)
     tokens = sum(lengths)
     q, out, d_out = (ndarray((tokens, 4, head_dim)) for _ in range(3))
     k, v = ndarray((tokens, 2, head_dim)), ndarray((tokens, 2, head_dim))
-    call = {"cu_seqlens": np.concatenate([[0], np.cumsum(lengths)]), **params}
     forward = attn.compiled.options.family.forward_args
     bwd = attn.compiled.options.backward
     for _ in range(2):
@@ -482,13 +478,9 @@ def test_the_plans_tables_are_on_the_device_where_the_arguments_point(fake, name
     consts, sequences = SMALL[name]
     attn = maskc.load(EXAMPLES / f"{name}.mask", arch="sm_90a", head_dim=64, dtype="fp16", **consts)
     record = fake(attn)
-    values, layouts = attn.compiled.bind(sequences)
-    lengths = [lay.n for lay in layouts]
-    params = {p.name: [val.arrays[p.name].tolist() if p.type.depth else val.scalars[p.name] for val in values]
-              for p in attn.program.runtime_params}
+    lengths, call = packed_call(attn, sequences)
     tokens = sum(lengths)
     q, out, d_out = (ndarray((tokens, 2, 64)) for _ in range(3))
-    call = {"cu_seqlens": np.concatenate([[0], np.cumsum(lengths)]), **params}
     attn(q, q, q, out=out, **call)
     attn.backward(q, q, q, out, ndarray((2, tokens), np.float32), d_out, **call)
     plan = attn.plan(**call)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from small_configs import SMALL
+from small_configs import SMALL, packed_call
 
 import maskc
 from maskc.kernels import KernelOptions
@@ -481,12 +481,9 @@ def test_every_examples_plan_of_odd_values_is_a_plan_or_says_what_is_wrong(data)
     value dropped, or the sequences' lengths changed: Attention.plan gives a Plan or a ValueError, and a value the
     kernels cannot hold is never planned silently."""
     name = data.draw(st.sampled_from(sorted(SMALL)), label="example")
-    consts, sequences = SMALL[name]
     attn = _example_attention(name)
-    values, layouts = attn.compiled.bind(sequences)
-    lengths = [lay.n for lay in layouts]
-    params = {p.name: [val.arrays[p.name].tolist() if p.type.depth else val.scalars[p.name] for val in values]
-              for p in attn.program.runtime_params}
+    lengths, call = packed_call(attn, SMALL[name][1])
+    params = {key: value for key, value in call.items() if key != "cu_seqlens"}
     change = data.draw(st.sampled_from(["value", "value", "drop", "lengths"]), label="change")
     if change == "value" and params:
         param = data.draw(st.sampled_from(sorted(params)), label="param")
