@@ -205,7 +205,7 @@ def test_a_repeated_backward_reads_its_inputs_anew_and_writes_new_gradients(back
     kept = [g.clone() for g in first]
     q.copy_(torch.randn_like(q))
     d_out.copy_(torch.randn_like(d_out))
-    attn(q, k, v, out=out, lse=lse, **call)  # (the forward's own prepared launch, into the same buffers)
+    attn(q, k, v, out=out, lse=lse, **call)  # the forward again, into the same buffers: O and LSE for the new q
     poison_allocator()
     again = attn.backward(q, k, v, out, lse, d_out, **call)
     torch.cuda.synchronize()
