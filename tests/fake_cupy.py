@@ -1,9 +1,11 @@
 """A stand-in for CuPy and the CUDA driver, for testing the runtime's launches without a GPU.
 
-Arrays are shapes, strides and made-up device addresses (nothing is stored); kernels are names; launches are
-recorded with the bytes of every argument as the driver would read them (`Recorded`). Tensor maps encode to
-bytes that name the tensor's address, so a map of another tensor differs. `install(monkeypatch)` puts it in
-place of `cupy`, the driver's launch and the TMA encoder, and returns the record.
+Arrays are shapes, strides and made-up device addresses (nothing is stored in them; what is copied to the device
+is kept by address, see `device_bytes`); kernels are names; launches are recorded with the bytes of every
+argument as the driver would read them, and device contexts with the device they make current (`Recorded`).
+Tensor maps encode to bytes that name the tensor's address, so a map of another tensor differs.
+`install(monkeypatch, ...)` puts it in place of `cupy`, the driver's launch and the TMA encoder, and returns the
+record.
 """
 
 from __future__ import annotations
@@ -18,9 +20,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 _addresses = itertools.count(1 << 32, 1 << 20)  # 1 MiB apart: every fake allocation 16-byte aligned
+STREAM = 7  # the current stream's handle
+_SIZES = {"ptr": 8, "i64": 8, "i32": 4, "f32": 4, "tensor_map": 128}  # bytes the driver reads of each kind
 
 
 class Device:
+    """CuPy's device context: makes its device current (counted) where another one is, and restores it after."""
+
     record: Recorded | None = None  # (set by install)
 
     def __init__(self, id: int = 0):
@@ -95,10 +101,6 @@ class _RawKernel:
         self.record.launches.append(Launch(self.name, grid[0], block[0], shared_mem, [a.tobytes() for a in args]))
 
 
-STREAM = 7  # the current stream's handle
-_SIZES = {"ptr": 8, "i64": 8, "i32": 4, "f32": 4, "tensor_map": 128}
-
-
 def install(monkeypatch, signatures: dict[str, tuple]) -> Recorded:
     """CuPy, the driver's cuLaunchKernel and the TMA encoder replaced by fakes, with the runtime's caches of
     CuPy objects emptied (call `clear_caches` after the test too). `signatures`: kernel name -> its arguments
@@ -144,7 +146,7 @@ def install(monkeypatch, signatures: dict[str, tuple]) -> Recorded:
 
 
 def _copied(record: Recorded, host) -> ndarray:
-    """A host array copied to the (fake) device: its bytes kept at its address, for `Recorded.device_bytes`."""
+    """A host array copied to the (fake) device: its bytes kept at its address, for `device_bytes`."""
     host = np.ascontiguousarray(host)
     array = ndarray(host.shape, host.dtype)
     record.device_memory[array.data.ptr] = host.tobytes()
