@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from maskc.kernels import abi
 from maskc.plan.tiling import TileConfig
@@ -301,7 +302,7 @@ class KernelOptions:
                 raise ValueError(f"{self.kv_stages} K/V stages of {self.tile[1]} keys at head dim {self.head_dim} do "
                                  f"not fit in {MAX_SHARED_BYTES // 1024} KB of shared memory")
 
-    @property
+    @cached_property  # (the options are frozen; a call asks for this several times)
     def backward(self) -> BackwardKernels | None:
         """The backward kernels for these options: the one named by `backward_kernels`, else the family's
         first that supports them (and is deterministic, if asked); None where none does (head dim 256)."""

@@ -390,13 +390,15 @@ class Attention:
                                       {"q": (tq, "q", bwd.q_step), "dout": (tdo, "q", bwd.q_step)}))
         import cupy
 
-        kernels = []
-        query_items, key_items = len(desc.work_seq), len(key_tables.col_ptr) - 1
-        for kernel, name in zip(bwd.kernels, compiled.backward_names):  # dQ (or prep) first: it writes delta
-            grid = bwd.grid(kernel, options, key_items if kernel == "dkdv" else query_items, hq, hkv)
-            kernels.append(_kernel(compiled.backward_cubin, name, bwd.shared_memory_bytes(options, kernel), tq.device,
-                                   grid, bwd.threads(kernel)))
-        prepared = PreparedLaunch(tuple(kernels), cupy.cuda.Device(tq.device), bwd.args, values, slots, device_tables)
+        def backward_kernels():  # dQ (or prep) first: it writes delta
+            query_items, key_items = len(desc.work_seq), len(key_tables.col_ptr) - 1
+            return tuple(_kernel(compiled.backward_cubin, name, bwd.shared_memory_bytes(options, kernel), tq.device,
+                                 bwd.grid(kernel, options, key_items if kernel == "dkdv" else query_items, hq, hkv),
+                                 bwd.threads(kernel))
+                         for kernel, name in zip(bwd.kernels, compiled.backward_names))
+
+        kernels = _per_plan(("backward kernels", compiled.backward_cubin, hq, hkv), desc, tq.device, backward_kernels)
+        prepared = PreparedLaunch(kernels, cupy.cuda.Device(tq.device), bwd.args, values, slots, device_tables)
         return _BackwardLaunch.of(prepared, tq, tk, tv, x.lse_shape, dq_accum_shape, nondeterministic)
 
     def _prepare(self, tq, tk, tv, to, tl, packed, desc, tables, scale, lse_shape):
@@ -435,8 +437,9 @@ class Attention:
             values["head_major_first"], values["head_major_last"] = _per_plan("head-major run", desc, tq.device,
                                                                               desc.longest_equal_run)
             values["work_counter"] = 0  # the stream's counter, set by every launch
-        kernel = _kernel(compiled.cubin, compiled.name, compiled.shared_memory_bytes, tq.device,
-                         family.grid(work_items, hq, _multiprocessors(tq.device)), family.threads)
+        kernel = _per_plan(("forward kernel", compiled.cubin, hq), desc, tq.device, lambda: _kernel(
+            compiled.cubin, compiled.name, compiled.shared_memory_bytes, tq.device,
+            family.grid(work_items, hq, _multiprocessors(tq.device)), family.threads))
         prepared = PreparedLaunch((kernel,), cupy.cuda.Device(tq.device), family.forward_args, values, ("o", "lse"),
                                   device_tables)
         return _Launch.of(prepared, tq, lse_shape)
