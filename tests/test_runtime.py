@@ -470,7 +470,9 @@ def test_plan_keys_of_the_same_values_agree_whether_lists_or_tuples(batch, flips
     assert CompiledMask.plan_key(other) == CompiledMask.plan_key(batch)
 
 
-_ODD = st.sampled_from([-1, -(2**31), 2**31, 2**40, 1.5, True, "3", None, [], [1, -1], [[1], [2, 3]], {"a": 1}])
+_ODD = st.sampled_from([-1, -(2**31), 2**31, 2**40, 1.5, True, "3", None, [], [1, -1], [[1], [2, 3]], {"a": 1},
+                        np.int64(3), np.int8(-2), np.uint64(2**63), np.float32(2.0), np.bool_(True), np.array(3),
+                        np.array([1, 2]), np.array([[1, 2], [3, 4]]), np.array([1.5]), np.array([], dtype=np.int64)])
 
 
 @settings(max_examples=400, deadline=None)

@@ -880,7 +880,7 @@ def plain_values(params: dict) -> dict:
 def _is_per_sequence(value, depth: int) -> bool:
     """A list one level deeper than the parameter's type gives one value per sequence."""
     level, x = 0, value
-    while isinstance(x, (list, tuple, np.ndarray)):
+    while isinstance(x, (list, tuple)) or (isinstance(x, np.ndarray) and x.ndim):  # (a 0-d array is a number)
         level += 1
         if len(x) == 0:
             break
