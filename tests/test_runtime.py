@@ -92,6 +92,8 @@ def test_scalars_and_lists_are_broadcast_to_every_sequence(attn):
     assert all(s["bonus"] == 3 and s["responses"] == [4, 4] and s["table"] == [[True, False]] for s in seqs)
     seqs = attn.sequences([64, 40], {"responses": []})
     assert [s["responses"] for s in seqs] == [[], []]
+    seqs = attn.sequences([64, 40], {"bonus": np.array(3)})  # a numpy array of no dimensions is its number
+    assert [s["bonus"] for s in seqs] == [3, 3] and type(seqs[0]["bonus"]) is int
 
 
 def test_one_value_per_sequence(attn):

@@ -865,7 +865,7 @@ def _problem(program, span: Span, message: str) -> ValueProblem:
 
 def plain_values(params: dict) -> dict:
     """Runtime values given as torch tensors or CuPy arrays, as the Python values they hold (so that a tensor
-    updated in place is read again, never cached by identity)."""
+    updated in place is read again, never cached by identity); a numpy array of no dimensions, as its number."""
     plain = {}
     for name, value in params.items():
         mod = type(value).__module__
@@ -873,6 +873,8 @@ def plain_values(params: dict) -> dict:
             value = value.tolist()
         elif mod.startswith("cupy"):
             value = value.get().tolist()
+        elif type(value) is np.ndarray and value.ndim == 0:
+            value = value.item()
         plain[name] = value
     return plain
 
