@@ -1011,3 +1011,27 @@ def test_explain_with_odd_values_exits_cleanly(name, data):
     assert result.exit_code in (0, 1, 2), result.output
     if result.exit_code:
         assert "error" in result.output.lower() or "usage" in result.output.lower(), result.output
+
+
+@settings(max_examples=80, deadline=None)
+@given(name=st.sampled_from(sorted(SMALL)),
+       arch=st.sampled_from(["sm_80", "sm_86", "sm_90", "sm_90a", "sm_90a", "sm_90a", "sm_70"]),
+       head_dim=st.sampled_from(["64", "64", "128", "128", "256", "96"]),
+       dtype=st.sampled_from(["bf16", "bf16", "fp16", "fp16", "fp32"]),
+       backward=st.sampled_from([[], ["--backward-kernels", "portable"], ["--backward-kernels", "hopper"],
+                                 ["--backward-kernels", "hopper_fused"], ["--deterministic"],
+                                 ["--deterministic", "--backward-kernels", "hopper_fused"]]),
+       param=st.sampled_from([[], ["--param", "n=5"], ["--param", "h=0"], ["--param", "w=-3"], ["--param", "zzz=1"],
+                              ["--param", "h=2147483648"], ["--param", "w=[1]"]]))
+def test_compile_with_any_options_exits_cleanly(name, arch, head_dim, dtype, backward, param):
+    """`maskc compile --emit cu -o -` with any architecture, head dim, dtype, backward pass and a --param: the
+    kernel source (exit 0), or an error in the values (1) or the command line (2) with a message; never 3."""
+    runner = CliRunner(env={"MASKC_DEBUG": None})
+    args = ["compile", str(EXAMPLES / f"{name}.mask"), "-o", "-", "--arch", arch, "--head-dim", head_dim,
+            "--dtype", dtype, *backward, *param]
+    result = runner.invoke(cli.cli, args, prog_name="maskc")
+    assert result.exit_code in (0, 1, 2), result.output
+    if result.exit_code == 0:
+        assert "__global__" in result.output
+    else:
+        assert "error" in result.output.lower(), result.output
