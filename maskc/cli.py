@@ -464,6 +464,9 @@ def run_command(mask, n, params, batch, heads, kv_heads, head_dim, dtype, arch, 
     """
     from maskc.tools import explain, trial
 
+    if kv_heads is not None and heads % kv_heads:  # (refused on the CPU too, where heads are not used)
+        raise click.BadParameter(f"--heads ({heads}) must be a multiple of --kv-heads ({kv_heads})",
+                                 param_hint="--kv-heads")
     program = read_mask(mask)
     consts, runtime = split_params(program, params)
     sequences, origin = explain.choose_sequences(program, n, runtime)

@@ -850,6 +850,11 @@ def test_run_bad_values_exit_1(run):
     ]
 
 
+def test_run_refuses_query_heads_that_key_heads_do_not_divide(run):
+    result = run("run", EXAMPLES / "causal.mask", "--n", "64", "--heads", "3", "--kv-heads", "2", "--cpu")
+    assert result.exit_code == 2 and "--heads (3) must be a multiple of --kv-heads (2)" in result.output
+
+
 def test_run_on_the_gpu_path_is_chosen_only_with_a_gpu():
     from maskc.tools import trial
 
