@@ -13,17 +13,20 @@ Needs torch (any build; no GPU is used) besides maskc's own dependencies:
 from __future__ import annotations
 
 import gc
+import sys
 import weakref
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
 from cuda.bindings import driver
-from timing import us_per_call
 
 import maskc
 from maskc import runtime
 from maskc.runtime import launch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # (PYTHONSAFEPATH leaves the script's folder out)
+from timing import us_per_call  # noqa: E402
 
 CAUSAL = Path(__file__).resolve().parents[1] / "examples" / "causal.mask"
 STREAM = 7

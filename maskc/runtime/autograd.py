@@ -23,16 +23,17 @@ import threading
 import weakref
 from typing import List, Optional  # spelled so: torch infers the ops' schemas from these hints (no List[str])
 
-_attentions: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # handle -> Attention (the ops' integer)
+_attentions: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # handle -> Attention
 _handles = itertools.count(1)
 _lock = threading.Lock()
 _registered = False
 
 
-def handle_of(attn) -> int:
-    """A small integer naming `attn` in the custom ops (the op schema cannot carry a Python object)."""
+def handle_of(attn) -> str:
+    """A name for `attn` in the custom ops (an op's schema cannot carry a Python object). A string: an int
+    argument becomes a symbolic int under torch.compile(dynamic=True), which names nothing until run."""
     with _lock:
-        handle = next(_handles)
+        handle = str(next(_handles))
         _attentions[handle] = attn
     return handle
 
@@ -89,7 +90,7 @@ def _define_ops() -> None:
 
     @torch.library.custom_op("maskc::attention", mutates_args=())
     def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: Optional[torch.Tensor],
-                  handle: int, scale: Optional[float], names: str,
+                  handle: str, scale: Optional[float], names: str,
                   values: List[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         attn = _attentions[handle]
         return attn.forward(q, k, v, cu_seqlens=cu_seqlens, scale=scale, **_params(names, values))
@@ -105,7 +106,7 @@ def _define_ops() -> None:
 
     @torch.library.custom_op("maskc::attention_backward", mutates_args=())
     def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-                           d_out: torch.Tensor, cu_seqlens: Optional[torch.Tensor], handle: int,
+                           d_out: torch.Tensor, cu_seqlens: Optional[torch.Tensor], handle: str,
                            scale: Optional[float], names: str,
                            values: List[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if not rows_aligned(d_out.data_ptr(), d_out.stride()):
