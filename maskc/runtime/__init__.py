@@ -250,9 +250,7 @@ class Attention:
             return prepared.run(q, out, lse, return_lse)
         result = self._call(checked or self._inputs(q, k, v, cu_seqlens, scale, params), out, lse)
         if key is not None and result.launch is not None:
-            self._launches[key] = result.launch
-            if len(self._launches) > _PREPARED_LAUNCHES:
-                self._launches.popitem(last=False)
+            _keep_launch(self._launches, key, result.launch)
         return result.outputs(return_lse)
 
     def _inputs(self, q, k, v, cu_seqlens, scale, params) -> _Inputs:
@@ -334,9 +332,7 @@ class Attention:
             launch = self._prepare_backward(checked or self._inputs(q, k, v, cu_seqlens, scale, params), out, lse,
                                             d_out)
             if key is not None:
-                self._backward_launches[key] = launch
-                if len(self._backward_launches) > _PREPARED_LAUNCHES:
-                    self._backward_launches.popitem(last=False)
+                _keep_launch(self._backward_launches, key, launch)
         return launch.run(q, k, v)
 
     def _prepare_backward(self, x: _Inputs, out, lse, d_out) -> "_BackwardLaunch":
@@ -364,11 +360,9 @@ class Attention:
         named = {"q": tq, "k": tk, "v": tv, "o": to, "dout": tdo}
         values = {name: t.ptr for name, t in named.items()} | {"lse": tl.ptr}
         for name, t in named.items():
-            values.update(zip(_STRIDES[name], _token_strides(t, x.packed)))
+            values.update(zip(_STRIDES[name], _token_strides(t.strides, x.packed)))
         for name, t in (("dq", tq), ("dk", tk), ("dv", tv)):  # new contiguous tensors at every call (BACKWARD_SLOTS)
-            strides = _contiguous_strides(t.shape)
-            sequence_token_head = (0,) + strides[:2] if x.packed else strides[:3]
-            values.update(zip(_STRIDES[name], sequence_token_head))
+            values.update(zip(_STRIDES[name], _token_strides(_contiguous_strides(t.shape), x.packed)))
         values.update(zip(("lse_stride_b", "lse_stride_h"), _lse_strides(tq, x.packed)))
         values.update(num_heads=hq, kv_group=hq // hkv, scale_log2=x.scale * math.log2(math.e), scale=x.scale)
         device_tables = (_upload(tables, tq.device, stream), _upload(key_tables, tq.device, stream))
@@ -409,7 +403,7 @@ class Attention:
         family = options.family
         hq, hkv = tq.shape[-2], tk.shape[-2]
         stream = _stream(tq)
-        strides = {t: _token_strides(x, packed) for t, x in (("q", tq), ("k", tk), ("v", tv), ("o", to))}
+        strides = {t: _token_strides(x.strides, packed) for t, x in (("q", tq), ("k", tk), ("v", tv), ("o", to))}
         lse_strides = _lse_strides(tq, packed)
         work_items = len(desc.work_seq)
         if work_items == 0 or hq == 0:
@@ -478,9 +472,9 @@ def _check_rows(t: _Tensor) -> None:
         raise ValueError(f"{t.name}'s rows must be 16-byte aligned (data pointer and strides multiples of 8 elements)")
 
 
-def _token_strides(t: _Tensor, packed: bool) -> tuple[int, int, int]:
-    """(sequence, token, head) strides: [T, H, D] has no sequence stride."""
-    return (0,) + t.strides[:2] if packed else t.strides[:3]
+def _token_strides(strides: tuple[int, ...], packed: bool) -> tuple[int, int, int]:
+    """(sequence, token, head) strides of a tensor with these strides: [T, H, D] has no sequence stride."""
+    return (0,) + tuple(strides[:2]) if packed else tuple(strides[:3])
 
 
 def _tensor_maps(options, packed: bool, tensors: dict[str, tuple[_Tensor, int]]) -> dict[str, bytes]:
@@ -488,7 +482,7 @@ def _tensor_maps(options, packed: bool, tensors: dict[str, tuple[_Tensor, int]])
     maps = {}
     for name, (t, run) in tensors.items():
         tokens, sequences = (t.shape[0], 1) if packed else (t.shape[1], t.shape[0])
-        b, tok, h = _token_strides(t, packed)
+        b, tok, h = _token_strides(t.strides, packed)
         maps[f"tm_{name}"] = tensor_map(t.ptr, options.dtype, options.head_dim, t.shape[-2], tokens, sequences,
                                         h, tok, b, run)
     return maps
@@ -517,7 +511,7 @@ def _grid_box_maps(compiled, packed, seq_table, tensors) -> dict[str, object] | 
     grid = tuple(int(d) for d in grids[0])
     options, maps, steps = compiled.options, {}, set()
     for name, (t, side, slots) in tensors.items():
-        seq_stride, tok, head = _token_strides(t, packed)
+        seq_stride, tok, head = _token_strides(t.strides, packed)
         if packed or t.shape[0] == 1:
             seq_step, extent = 0, t.shape[0] if packed else t.shape[1]
         elif tok > 0 and seq_stride % tok == 0:
@@ -705,6 +699,13 @@ class _Result:
 
 
 _PREPARED_LAUNCHES = 16
+
+
+def _keep_launch(cache: OrderedDict, key: tuple, launch) -> None:
+    """A prepared launch kept for its call signature, _PREPARED_LAUNCHES at most, the oldest dropped first."""
+    cache[key] = launch
+    if len(cache) > _PREPARED_LAUNCHES:
+        cache.popitem(last=False)
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
