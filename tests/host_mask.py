@@ -162,24 +162,17 @@ def check_generated_code(compiled, sequences, workdir: Path, note: str = "") -> 
     desc, tables, layouts = compiled.tables(sequences)
     values, _ = compiled.bind(sequences)
     for b, (lay, val) in enumerate(zip(layouts, values)):
-        got = evaluate_all(lib, tables, b, lay.n)
         want = dense_mask(compiled.program, lay, val)
-        if not np.array_equal(got, want):
-            q, k = np.argwhere(got != want)[0]
-            raise AssertionError(f"sequence {b}: the generated code says {got[q, k]} at (q={q}, k={k}), "
-                                 f"the exact mask {want[q, k]}{note}")
-        by_tiles = evaluate_by_tiles(lib, tables, b, lay.n, int(desc.blocks.tiles("k")[b]), compiled.options.block_k)
-        if not np.array_equal(by_tiles, want):
-            q, k = np.argwhere(by_tiles != want)[0]
-            raise AssertionError(f"sequence {b}: the generated code, tile by tile, says {by_tiles[q, k]} at (q={q}, "
-                                 f"k={k}), the exact mask {want[q, k]}{note}")
+        k_tiles, k_slots = int(desc.blocks.tiles("k")[b]), compiled.options.block_k
+        ways = [("the generated code", evaluate_all(lib, tables, b, lay.n)),
+                ("the generated code, tile by tile,", evaluate_by_tiles(lib, tables, b, lay.n, k_tiles, k_slots))]
         if "struct RowKeys" in compiled.source:  # every rule an interval of keys per row
-            k_tiles = int(desc.blocks.tiles("k")[b])
-            got = evaluate_key_intervals(lib, tables, b, lay.n, k_tiles, compiled.options.block_k)
+            ways.append(("visible_columns", evaluate_key_intervals(lib, tables, b, lay.n, k_tiles, k_slots)))
+        for how, got in ways:
             if not np.array_equal(got, want):
                 q, k = np.argwhere(got != want)[0]
-                raise AssertionError(f"sequence {b}: visible_columns says {got[q, k]} at (q={q}, k={k}), the exact "
-                                     f"mask {want[q, k]}{note}")
+                raise AssertionError(f"sequence {b}: {how} says {got[q, k]} at (q={q}, k={k}), the exact mask "
+                                     f"{want[q, k]}{note}")
         for side, size in (("q", compiled.options.block_q), ("k", compiled.options.block_k)):
             count = int(desc.blocks.tiles(side)[b])
             assert np.array_equal(tokens(lib, tables, b, side, count, size), desc.tokens(side, b, np.arange(count))), \
