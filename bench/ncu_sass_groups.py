@@ -3,7 +3,7 @@ the same number of times are one block of code (the main loop, a partial tile's 
 and epilogue), so the groups say which block the warps spend their samples in (a development probe; docs/
 training.md's eighteenth session used it to price the dK/dV kernel's mask).
 
-    ncu --set full --import-source yes -k regex:"fwd_sm90a|dkdv" -o rep python3 bench/ncu_probe.py rm_shared
+    ncu --set full --import-source yes -k regex:"fwd_sm90a|dkdv" -o rep python3 bench/probe.py --ncu rm_shared
     ncu -i rep.ncu-rep --page source --csv --print-source sass > rep.csv
     python bench/ncu_sass_groups.py rep.csv [more.csv ...]
 
