@@ -56,9 +56,10 @@ extern "C" void maskc_tokens(const i64* seq_table, const int* seg_start, const i
 """
 
 
-# Where every rule is an interval of keys per row (the mask code has RowKeys), the kernels read a row's intervals
-# by the columns of a thread (visible_columns, the forward and the Hopper dQ kernels: bit i of visible[c] is slot
-# first_slot + 8 i + c), over every key tile and every rule. out: [n, n].
+# Where every rule is an interval of keys per row (the mask code has RowKeys), the two ways the kernels read the
+# intervals: by the columns of a thread (visible_columns, the forward and the dQ kernels: bit i of visible[c] is
+# slot first_slot + 8 i + c) and by the slot bits of a query (visible_slots, the dK/dV kernels: bit b of word w is
+# slot 32 w + b), over every key tile and every rule. out_columns, out_slots: [n, n].
 HARNESS_KEY_INTERVALS = r"""
 template <int GROUPS>
 static void columns_of_tile(const RowKeys& keys_of_row, const TileSlots& keys, int n, unsigned char* out) {
@@ -74,14 +75,22 @@ static void columns_of_tile(const RowKeys& keys_of_row, const TileSlots& keys, i
 }
 
 extern "C" void maskc_eval_key_intervals(const i64* seq_table, const int* seg_start, const int* seg_code,
-                                         const int* arrays, int b, int n, int k_tiles, int k_slots, unsigned char* out) {
+                                         const int* arrays, int b, int n, int k_tiles, int k_slots,
+                                         unsigned char* out_columns, unsigned char* out_slots) {
     const MaskSeq s = mask_seq(seq_table, seg_start, seg_code, arrays, b);
     for (int q = 0; q < n; ++q) {
         const RowKeys row = row_keys(mask_row(s, q));
         for (int t = 0; t < k_tiles; ++t) {
             const TileSlots keys = k_tile_slots(s, t);
-            if (k_slots == 128) columns_of_tile<16>(row, keys, n, out + (long long)q * n);
-            else columns_of_tile<8>(row, keys, n, out + (long long)q * n);
+            if (k_slots == 128) columns_of_tile<16>(row, keys, n, out_columns + (long long)q * n);
+            else columns_of_tile<8>(row, keys, n, out_columns + (long long)q * n);
+            for (int w = 0; w < k_slots / 32; ++w) {
+                const u32 bits = visible_slots(row, 0xffffffffu, keys, w);
+                for (int i = 0; i < 32; ++i) {
+                    const int k = slot_token(keys, 32 * w + i);
+                    if (k >= 0 && k < n) out_slots[(long long)q * n + k] = (bits >> i) & 1u;
+                }
+            }
         }
     }
 }
@@ -131,13 +140,13 @@ def evaluate_by_tiles(lib: ctypes.CDLL, tables, b: int, n: int, k_tiles: int, k_
     return out[:-1].reshape(n, n).astype(bool)
 
 
-def evaluate_key_intervals(lib: ctypes.CDLL, tables, b: int, n: int, k_tiles: int, k_slots: int) -> np.ndarray:
-    """The mask through the rows' key intervals, as visible_columns sees it: [n, n]."""
-    out = np.zeros((n, n), dtype=np.uint8)
+def evaluate_key_intervals(lib: ctypes.CDLL, tables, b: int, n: int, k_tiles: int, k_slots: int):
+    """The mask through the rows' key intervals, as (visible_columns, visible_slots) see it: two [n, n] arrays."""
+    columns, slots = np.zeros((n, n), dtype=np.uint8), np.zeros((n, n), dtype=np.uint8)
     ptrs = _table_pointers(tables)
     lib.maskc_eval_key_intervals(*ptrs, ctypes.c_int(b), ctypes.c_int(n), ctypes.c_int(k_tiles), ctypes.c_int(k_slots),
-                                 out.ctypes.data_as(ctypes.c_void_p))
-    return out.astype(bool)
+                                 columns.ctypes.data_as(ctypes.c_void_p), slots.ctypes.data_as(ctypes.c_void_p))
+    return columns.astype(bool), slots.astype(bool)
 
 
 def tokens(lib: ctypes.CDLL, tables, b: int, side: str, tiles: int, slots: int) -> np.ndarray:
@@ -167,7 +176,8 @@ def check_generated_code(compiled, sequences, workdir: Path, note: str = "") -> 
         ways = [("the generated code", evaluate_all(lib, tables, b, lay.n)),
                 ("the generated code, tile by tile,", evaluate_by_tiles(lib, tables, b, lay.n, k_tiles, k_slots))]
         if "struct RowKeys" in compiled.source:  # every rule an interval of keys per row
-            ways.append(("visible_columns", evaluate_key_intervals(lib, tables, b, lay.n, k_tiles, k_slots)))
+            columns, slots = evaluate_key_intervals(lib, tables, b, lay.n, k_tiles, k_slots)
+            ways += [("visible_columns", columns), ("visible_slots", slots)]
         for how, got in ways:
             if not np.array_equal(got, want):
                 q, k = np.argwhere(got != want)[0]
