@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import maskc
 from maskc import runtime
@@ -111,11 +112,29 @@ def _enter(context) -> None:
 
 def harness_style(rounds: int = 5, calls: int = 200) -> None:
     """As bench/harness.py's call_overhead: packed inputs, a CPU cu_seqlens, under no_grad; the host time of
-    each call (median) and a loop of `calls` with a synchronize only at its ends."""
+    each call (median) and a loop of `calls` with a synchronize only at its ends; then the host time of a call
+    that finds the GPU idle, and SDPA flash's two host times, for the same question about it."""
     attn = maskc.load(CAUSAL, head_dim=128, dtype="bf16")
     q, k, v = (torch.randn(1024, 16, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     cu = torch.tensor([0, 1024], dtype=torch.int32)
-    with torch.no_grad():
+    qs, ks, vs = (x.unsqueeze(0).transpose(1, 2) for x in (q, k, v))
+
+    def sdpa():  # (flash chosen once, outside: entering sdpa_kernel costs tens of us a call)
+        return torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, is_causal=True)
+
+    def sdpa_host(calls):  # SDPA flash measured as maskc in the same state of the GPU's queue
+        for _ in range(10):
+            sdpa()
+        torch.cuda.synchronize()
+        host = []
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            sdpa()
+            host.append(time.perf_counter() - t0)
+        torch.cuda.synchronize()
+        return 1e6 * statistics.median(host)
+
+    with torch.no_grad(), sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         for _ in range(rounds):
             for _ in range(10):
                 attn(q, k, v, cu_seqlens=cu)
@@ -128,7 +147,23 @@ def harness_style(rounds: int = 5, calls: int = 200) -> None:
                 host.append(time.perf_counter() - t0)
             torch.cuda.synchronize()
             loop = (time.perf_counter() - start) / calls
-            print(f"host {1e6 * statistics.median(host):6.1f} us  loop {1e6 * loop:6.1f} us", flush=True)
+            print(f"host {1e6 * statistics.median(host):6.1f} us  loop {1e6 * loop:6.1f} us  "
+                  f"host with an idle GPU {idle_host_us(lambda: attn(q, k, v, cu_seqlens=cu), calls):6.1f} us  "
+                  f"SDPA flash: host {sdpa_host(calls):6.1f} us, with an idle GPU "
+                  f"{idle_host_us(sdpa, calls):6.1f} us", flush=True)
+
+
+def idle_host_us(fn, calls: int) -> float:
+    """The host time of a call that finds the GPU idle and its queue empty (a synchronize before each): what the
+    call itself costs, with no wait for room in a full launch queue."""
+    host = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        host.append(time.perf_counter() - t0)
+    torch.cuda.synchronize()
+    return 1e6 * statistics.median(host)
 
 
 def backward() -> None:

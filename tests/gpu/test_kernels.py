@@ -81,14 +81,22 @@ def make_case(name, head_dim=128, dtype="bf16", heads=(4, 4), packed=True, seed=
     (q, k, v, then any more shaped like q), the call's keywords (cu_seqlens, every runtime parameter as one
     value per sequence, as the reference sees them), the exact masks and the lengths."""
     consts, small = SMALL[name]
-    sequences = sequences or small
     attn = maskc.load(EXAMPLES / f"{name}.mask", head_dim=head_dim, dtype=dtype, arch=arch or FAMILIES[0], **options,
                       **consts)
+    made, call, values, layouts = make_inputs(attn, sequences or small, heads, packed, seed, tensors)
+    masks = [dense_mask(attn.program, lay, val) for lay, val in zip(layouts, values)]
+    return attn, made, call, masks, [lay.n for lay in layouts]
+
+
+def make_inputs(attn, sequences, heads=(4, 4), packed=True, seed=0, tensors=3):
+    """Fresh random tensors for `sequences` of a loaded mask (q, k, v, then any more shaped like q), the call's
+    keywords (cu_seqlens, every runtime parameter as one value per sequence), and the bound values and
+    layouts."""
+    head_dim, dtype = attn.compiled.options.head_dim, attn.compiled.options.dtype
     values, layouts = attn.compiled.bind(sequences)
     lengths = [lay.n for lay in layouts]
     if not packed and len(set(lengths)) != 1:
         pytest.skip("a padded batch needs equal lengths")
-    masks = [dense_mask(attn.program, lay, val) for lay, val in zip(layouts, values)]
     gen = torch.Generator(device="cuda").manual_seed(seed)
     hq, hkv = heads
     shape = (sum(lengths),) if packed else (len(lengths), lengths[0])
@@ -97,7 +105,7 @@ def make_case(name, head_dim=128, dtype="bf16", heads=(4, 4), packed=True, seed=
     params = {p.name: [val.arrays[p.name].tolist() if p.type.depth else val.scalars[p.name] for val in values]
               for p in attn.program.runtime_params}
     cu = torch.tensor(np.concatenate([[0], np.cumsum(lengths)]), dtype=torch.int32) if packed else None
-    return attn, made, dict(cu_seqlens=cu, **params), masks, lengths
+    return made, dict(cu_seqlens=cu, **params), values, layouts
 
 
 def run_case(name, head_dim=128, dtype="bf16", heads=(4, 4), packed=True, **kw):

@@ -1,0 +1,89 @@
+"""Masks no one wrote by hand, on the GPU: random valid `.mask` programs from the grammar fuzzer's strategy
+(tests/mask_strategies.py), each compiled for a kernel family and run forward and backward on fresh random
+inputs (packed ragged batches, GQA), against a float64 reference of the mask its oracle computes by brute force
+(independently of maskc's IR, planner and generated code).
+
+The examples' GPU tests cover the masks we know; these cover the ones users will write: predicates the
+interval analysis cannot read, empty rows, sequences of one token, rules that see nothing, segments of every
+kind. A fresh seed every run (a failure prints the program and its values, and hypothesis's blob replays it);
+`MASKC_GPU_FUZZ_EXAMPLES=N` sets the examples per pass and head dim (default 6), `MASKC_FUZZ_SEED=S` fixes
+the seed. Pass rules as in test_kernels (output, LSE) and test_backward (gradients). Run with `pytest -m gpu`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import mask_strategies as ms
+import pytest
+from hypothesis import HealthCheck, given, note, seed, settings
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("cupy")
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+import maskc  # noqa: E402
+
+from test_backward import PASS_IDS, PASSES, check_grads, poison_allocator, supported  # noqa: E402
+from test_kernels import check, make_inputs  # noqa: E402
+
+EXAMPLES = int(os.environ.get("MASKC_GPU_FUZZ_EXAMPLES", "6"))
+SEED = os.environ.get("MASKC_FUZZ_SEED")
+HEADS = (4, 2)  # GQA: two query heads share each key head
+
+
+def fuzz(test):
+    # Each example compiles its kernels (NVRTC, a few seconds): few examples, no deadline, and no database
+    # (the blob in a failure's report replays it).
+    test = settings(max_examples=EXAMPLES, deadline=None, database=None, print_blob=True,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                           HealthCheck.filter_too_much])(test)
+    return seed(int(SEED))(test) if SEED is not None else test
+
+
+def accepted_sequences(case: ms.Case, oracle: ms.Oracle) -> list[tuple[dict, object]]:
+    """(values, oracle layout) of the case's sequences that the oracle accepts and that hold a token."""
+    ok = []
+    for values in case.sequences:
+        try:
+            layout = oracle.layout(values)
+        except ms.Refused:
+            continue
+        ok.append((values, layout))
+    return ok
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("backward", PASSES, ids=PASS_IDS)
+@fuzz
+@given(case=ms.cases(max_sequences=3))
+def test_random_masks_forward_and_gradients(case, backward, head_dim):
+    arch, kernels = backward
+    supported(arch, kernels, head_dim)
+    consts = {p.name: case.consts.get(p.name, p.default) for p in case.program.params if p.const}
+    oracle = ms.Oracle(case.program, consts)
+    ok = accepted_sequences(case, oracle)
+    if not ok or all(layout.n == 0 for _, layout in ok):
+        return
+    note(f"--- program:\n{case.text}\nconsts {case.consts}\nsequences {[v for v, _ in ok]}")
+    options = {} if kernels is None else {"backward_kernels": kernels}
+    attn = maskc.loads(case.text, head_dim=head_dim, dtype="bf16", arch=arch, **options, **case.consts)
+    (q, k, v, d_out), call, _, layouts = make_inputs(attn, [values for values, _ in ok], HEADS, tensors=4,
+                                                     seed=case.seed)
+    lengths = [lay.n for lay in layouts]
+    masks = [oracle.mask(values, layout) for values, layout in ok]
+    scale = 1.0 / math.sqrt(head_dim)
+
+    out = torch.full_like(q, float("nan"))  # poisoned: every element must be written
+    lse = torch.full((HEADS[0], sum(lengths)), float("nan"), device="cuda")
+    attn(q, k, v, out=out, lse=lse, return_lse=True, **call)
+    torch.cuda.synchronize()
+    check(out, lse, q, k, v, masks, lengths, scale, packed=True)
+
+    leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
+    grad_out = attn(*leaves, **call)
+    poison_allocator()
+    grad_out.backward(d_out)
+    torch.cuda.synchronize()
+    check_grads([x.grad for x in leaves], (q, k, v, d_out), masks, lengths, scale, packed=True)
