@@ -1,6 +1,6 @@
 """Masks no one wrote by hand, on the GPU: random valid `.mask` programs from the grammar fuzzer's strategy
 (tests/mask_strategies.py), each compiled for a kernel family and run forward and backward on fresh random
-inputs (packed ragged batches, GQA), against a float64 reference of the mask its oracle computes by brute force
+inputs (packed ragged batches, GQA, bf16 or fp16, head dims 64, 128 and 256 where the family has them), against a float64 reference of the mask its oracle computes by brute force
 (independently of maskc's IR, planner and generated code).
 
 The examples' GPU tests cover the masks we know; these cover the ones users will write: predicates the
@@ -18,12 +18,14 @@ import os
 import mask_strategies as ms
 import pytest
 from hypothesis import HealthCheck, given, note, seed, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("cupy")
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 import maskc  # noqa: E402
+from maskc.kernels import KernelOptions  # noqa: E402
 
 from test_backward import PASS_IDS, PASSES, check_grads, poison_allocator, supported  # noqa: E402
 from test_kernels import check, make_inputs  # noqa: E402
@@ -54,12 +56,14 @@ def accepted_sequences(case: ms.Case, oracle: ms.Oracle) -> list[tuple[dict, obj
     return ok
 
 
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("backward", PASSES, ids=PASS_IDS)
 @fuzz
-@given(case=ms.cases(max_sequences=3))
-def test_random_masks_forward_and_gradients(case, backward, head_dim):
+@given(case=ms.cases(max_sequences=3), dtype=st.sampled_from(["bf16", "fp16"]))
+def test_random_masks_forward_and_gradients(case, dtype, backward, head_dim):
     arch, kernels = backward
+    if head_dim not in KernelOptions(arch=arch).family.head_dims:
+        pytest.skip(f"head dim {head_dim} is not a {arch} option")
     supported(arch, kernels, head_dim)
     consts = {p.name: case.consts.get(p.name, p.default) for p in case.program.params if p.const}
     oracle = ms.Oracle(case.program, consts)
@@ -68,7 +72,7 @@ def test_random_masks_forward_and_gradients(case, backward, head_dim):
         return
     note(f"--- program:\n{case.text}\nconsts {case.consts}\nsequences {[v for v, _ in ok]}")
     options = {} if kernels is None else {"backward_kernels": kernels}
-    attn = maskc.loads(case.text, head_dim=head_dim, dtype="bf16", arch=arch, **options, **case.consts)
+    attn = maskc.loads(case.text, head_dim=head_dim, dtype=dtype, arch=arch, **options, **case.consts)
     (q, k, v, d_out), call, _, layouts = make_inputs(attn, [values for values, _ in ok], HEADS, tensors=4,
                                                      seed=case.seed)
     lengths = [lay.n for lay in layouts]
