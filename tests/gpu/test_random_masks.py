@@ -1,17 +1,20 @@
 """Masks no one wrote by hand, on the GPU: random valid `.mask` programs from the grammar fuzzer's strategy
 (tests/mask_strategies.py), each compiled for a kernel family and run forward and backward on fresh random
-inputs (packed ragged batches, GQA, bf16 or fp16, head dims 64, 128 and 256 where the family has them), against a float64 reference of the mask its oracle computes by brute force
-(independently of maskc's IR, planner and generated code).
+inputs (packed ragged batches, GQA, bf16 or fp16, head dims 64, 128 and 256 where the family has them), against
+a float64 reference of the mask its oracle computes by brute force (independently of maskc's IR, planner and
+generated code).
 
 The examples' GPU tests cover the masks we know; these cover the ones users will write: predicates the
 interval analysis cannot read, empty rows, sequences of one token, rules that see nothing, segments of every
-kind. A fresh seed every run (a failure prints the program and its values, and hypothesis's blob replays it);
-`MASKC_GPU_FUZZ_EXAMPLES=N` sets the examples per pass and head dim (default 6), `MASKC_FUZZ_SEED=S` fixes
-the seed. Pass rules as in test_kernels (output, LSE) and test_backward (gradients). Run with `pytest -m gpu`.
+kind. A fresh seed every run (a failure prints the program and its values, and hypothesis's blob replays it).
+`MASKC_GPU_FUZZ_EXAMPLES=N` sets the examples per pass and head dim (default 6), `MASKC_FUZZ_SEED=S` fixes the
+seed, `MASKC_GPU_FUZZ_LOG=PATH` appends each failing example to PATH as soon as it fails. Pass rules as in
+test_kernels (output, LSE) and test_backward (gradients). Run with `pytest -m gpu`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 
@@ -32,6 +35,7 @@ from test_kernels import check, make_inputs  # noqa: E402
 
 EXAMPLES = int(os.environ.get("MASKC_GPU_FUZZ_EXAMPLES", "6"))
 SEED = os.environ.get("MASKC_FUZZ_SEED")
+LOG = os.environ.get("MASKC_GPU_FUZZ_LOG")
 HEADS = (4, 2)  # GQA: two query heads share each key head
 
 
@@ -45,7 +49,7 @@ def fuzz(test):
 
 
 def accepted_sequences(case: ms.Case, oracle: ms.Oracle) -> list[tuple[dict, object]]:
-    """(values, oracle layout) of the case's sequences that the oracle accepts and that hold a token."""
+    """(values, oracle layout) of the case's sequences that the oracle accepts (some may hold no token)."""
     ok = []
     for values in case.sequences:
         try:
@@ -70,7 +74,27 @@ def test_random_masks_forward_and_gradients(case, dtype, backward, head_dim):
     ok = accepted_sequences(case, oracle)
     if not ok or all(layout.n == 0 for _, layout in ok):
         return
-    note(f"--- program:\n{case.text}\nconsts {case.consts}\nsequences {[v for v, _ in ok]}")
+    what = f"--- program:\n{case.text}\nconsts {case.consts}\nsequences {[v for v, _ in ok]}\n{dtype}"
+    note(what)
+    with reported_failures(f"{what}, head dim {head_dim}, {arch} {kernels or 'default'} pass"):
+        run_case(case, ok, oracle, dtype, arch, kernels, head_dim)
+
+
+@contextlib.contextmanager
+def reported_failures(what: str):
+    """With MASKC_GPU_FUZZ_LOG set, each failing example is appended to that file at once: hypothesis reports a
+    failure only once it has shrunk it, and a device call's time limit can stop the run before then."""
+    try:
+        yield
+    except Exception as exc:
+        if LOG:
+            with open(LOG, "a") as f:
+                f.write(f"{what}\n{type(exc).__name__}: {exc}\n\n")
+        raise
+
+
+def run_case(case, ok, oracle, dtype, arch, kernels, head_dim):
+    """The forward with poisoned outputs, then the gradients through autograd, each against the reference."""
     options = {} if kernels is None else {"backward_kernels": kernels}
     attn = maskc.loads(case.text, head_dim=head_dim, dtype=dtype, arch=arch, **options, **case.consts)
     (q, k, v, d_out), call, _, layouts = make_inputs(attn, [values for values, _ in ok], HEADS, tensors=4,
