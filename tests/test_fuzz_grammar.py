@@ -252,11 +252,12 @@ extern "C" void maskc_kernel_model(const i64* seq_table, const int* seg_start, c
 """
 
 
-def kernel_model(compiled, sequences, workdir: Path) -> list[np.ndarray]:
+def kernel_model(compiled, sequences, workdir: Path) -> tuple[list[np.ndarray], list[tuple[np.ndarray, np.ndarray]]]:
     """The pairs the kernel shows for these sequences: its tile loop over the descriptor maskc plans for its
-    own tiles (KERNEL_MODEL), with the generated mask code compiled for the host. Also the planner inside the
-    generated file (test_standalone's harness) gives the same tables and descriptor as maskc's, sequence by
-    sequence."""
+    own tiles (KERNEL_MODEL), with the generated mask code compiled for the host; and where the mask code has
+    interval rules, the pairs its interval masks show per sequence (visible_columns, visible_slots; else none).
+    Also the planner inside the generated file (test_standalone's harness) gives the same tables and descriptor
+    as maskc's, sequence by sequence."""
     desc, tables, layouts = compiled.tables(sequences)
     values, _ = compiled.bind(sequences)
     prefix = planner_name(compiled.program.name, compiled.options)
@@ -297,9 +298,14 @@ def kernel_model(compiled, sequences, workdir: Path) -> list[np.ndarray]:
                                                    ptr(row_ptr), ptr(k_tiles), ptr(kind))
             planned.append((count, row, seg_start[:max(count, 0)], seg_code[:max(count, 0)], arr[:used.value],
                             row_ptr, k_tiles[:listed], kind[:listed]))
-        return out, int(problems[0]), planned
+        # Where every rule is an interval of keys per row, the kernels' interval masks too (visible_columns,
+        # visible_slots), over each sequence's key tiles.
+        intervals = [host_mask.evaluate_key_intervals(lib, tables, b, lay.n, int(desc.blocks.tiles("k")[b]),
+                                                      compiled.options.block_k)
+                     for b, lay in enumerate(layouts)] if "struct RowKeys" in compiled.source else []
+        return out, int(problems[0]), planned, intervals
 
-    out, problems, planned = host_mask.isolated(run)
+    out, problems, planned, intervals = host_mask.isolated(run)
     assert problems == 0, f"{problems} pairs shown outside the sequence (or FULL tiles with empty key slots)"
     for b, (count, row, seg_start, seg_code, arr, row_ptr, k_tiles, kind) in enumerate(planned):
         one, one_tables, _ = compiled.tables([sequences[b]])
@@ -312,7 +318,8 @@ def kernel_model(compiled, sequences, workdir: Path) -> list[np.ndarray]:
         np.testing.assert_array_equal(row_ptr, one.row_ptr, err_msg=f"{where}: row_ptr")
         np.testing.assert_array_equal(k_tiles, one.k_tile, err_msg=f"{where}: k tiles")
         np.testing.assert_array_equal(kind == TileKind.FULL, one.kind == TileKind.FULL, err_msg=f"{where}: full tiles")
-    return [out[o:o + size].reshape(lay.n, lay.n).astype(bool) for o, size, lay in zip(offsets, sizes, layouts)]
+    masks = [out[o:o + size].reshape(lay.n, lay.n).astype(bool) for o, size, lay in zip(offsets, sizes, layouts)]
+    return masks, intervals
 
 
 @pytest.fixture(scope="module")
@@ -325,7 +332,7 @@ def host_dir(tmp_path_factory):
 @given(case=ms.cases(), options=st.sampled_from(OPTIONS))
 def test_generated_code_of_generated_programs_matches_the_oracle(case, options, host_dir):
     """The kernel's own mask code (compiled for the host), run over the descriptor maskc plans for the
-    kernel's tiles, shows exactly the oracle's pairs."""
+    kernel's tiles, shows exactly the oracle's pairs, and so do its interval masks where it has them."""
     note(f"--- program:\n{case.text}\nconsts {case.consts}\nsequences {case.sequences}\noptions {options}")
     compiled = compiled_case(case, options)
     context = f"\n--- program:\n{case.text}\nconsts {case.consts}\nsequences {case.sequences}"
@@ -334,10 +341,12 @@ def test_generated_code_of_generated_programs_matches_the_oracle(case, options, 
     if not ok:
         return
     sequences = [seq for seq, _ in ok]
-    got = kernel_model(compiled, sequences, host_dir)
+    got, intervals = kernel_model(compiled, sequences, host_dir)
     for b, ((seq, lay), mask) in enumerate(zip(ok, got)):
         want = oracle.mask(seq, lay)
         assert np.array_equal(mask, want), f"sequence {b}: the generated code differs at {first_difference(mask, want)}{context}"
+        for how, seen in zip(("visible_columns", "visible_slots"), intervals[b] if intervals else ()):
+            assert np.array_equal(seen, want), f"sequence {b}: {how} differs at {first_difference(seen, want)}{context}"
 
 
 @fuzz(60)
