@@ -8,6 +8,7 @@
 # a session into calls: STAGES="tests examples plan", then STAGES=bench, then STAGES=training).
 # host: the host side of a call on the GPU machine (bench/percall.py: the repeated forward's pieces, the
 # backward repeated and checked, an eager autograd step), in host.log.
+# fuzz: random masks at depth on every pass (FUZZ_EXAMPLES a test, default 25), failing examples in fuzz-fails.txt.
 # training: every backward pass side by side (bench/families.py --backward), the harness's --backward table for
 # maskc and Flex-Triton, and 100 steps of examples/train_reward_model.py (training.log, train.png). more: the examples
 # outside ANCHORS.md against Flex-Triton, forward and backward (more.log, more.json). HARNESS_ARGS adds options to
@@ -64,6 +65,16 @@ if has training; then
         --workloads causal document rm_shared --json "$OUT/bench_backward.json" >> "$OUT/training.log" 2>&1
     timeout 150 python3 examples/train_reward_model.py --steps 100 --png "$OUT/train.png" >> "$OUT/training.log" 2>&1
     grep -E "^(workload|causal|document|shared_prompt)|time per step|largest gap|fwd\+bwd|backward alone" "$OUT/training.log" | tail -30
+fi
+
+if has fuzz; then
+    # Random masks at depth on every pass (tests/gpu/test_random_masks.py): each failing example goes to fuzz-fails.txt
+    # as it fails, since a time limit can stop pytest before hypothesis reports it.
+    MASKC_GPU_FUZZ_LOG="$OUT/fuzz-fails.txt" MASKC_GPU_FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-25} timeout "${FUZZ_TIMEOUT:-450}" \
+        python3 -m pytest -q -m gpu -n 12 --maxfail=1 -p no:cacheprovider -W ignore::DeprecationWarning \
+        tests/gpu/test_random_masks.py > "$OUT/fuzz.log" 2>&1
+    tail -1 "$OUT/fuzz.log"
+    [ -s "$OUT/fuzz-fails.txt" ] && head -60 "$OUT/fuzz-fails.txt"
 fi
 
 if has more; then
