@@ -46,6 +46,7 @@ from maskc.diagnostics import MaskError
 from maskc.front import read_program
 from maskc.kernels import KernelOptions, TileKind, planner_name
 from maskc.plan.planner import TileConfig, plan
+from maskc.runtime import Attention
 from maskc.tools.explain import choose_sequences
 from maskc.tools.reference import dense_mask, visible
 
@@ -347,6 +348,29 @@ def test_generated_code_of_generated_programs_matches_the_oracle(case, options, 
         assert np.array_equal(mask, want), f"sequence {b}: the generated code differs at {first_difference(mask, want)}{context}"
         for how, seen in zip(("visible_columns", "visible_slots"), intervals[b] if intervals else ()):
             assert np.array_equal(seen, want), f"sequence {b}: {how} differs at {first_difference(seen, want)}{context}"
+
+
+@fuzz(60)
+@given(case=ms.cases())
+def test_runtime_values_given_per_sequence_by_a_caller_reach_the_plan_unchanged(case):
+    """A batch's values passed as a call's keywords, one per sequence (lists and tables as the Python lists
+    `tolist()` makes), bind to what the sequences gave: `Attention.sequences` tells one value per sequence from
+    one for all by depth, and an empty first list or table must not change the reading (it made a batch of
+    tables look like one ragged table, or read empty tables as rows of one)."""
+    compiled = compiled_case(case)
+    ok, _ = split_sequences(case, ms.Oracle(case.program, const_values(case)))
+    if not ok:
+        return
+    values, layouts = compiled.bind([seq for seq, _ in ok])
+    keywords = {p.name: [v.arrays[p.name].tolist() if p.type.depth else v.scalars[p.name] for v in values]
+                for p in compiled.program.runtime_params}
+    note(f"--- program:\n{case.text}\nkeywords {keywords}")
+    again, _ = compiled.bind(Attention(compiled).sequences([lay.n for lay in layouts], keywords))
+    for b, (bound, read) in enumerate(zip(values, again)):
+        assert {k: int(x) for k, x in bound.scalars.items()} == {k: int(x) for k, x in read.scalars.items()}, b
+        for name, array in bound.arrays.items():
+            assert array.shape == read.arrays[name].shape and np.array_equal(array, read.arrays[name]), \
+                f"sequence {b}: '{name}' is {read.arrays[name].tolist()} through the keywords, {array.tolist()} given"
 
 
 @fuzz(60)

@@ -163,10 +163,26 @@ def test_bad_values_point_at_the_source_they_concern(attn, tmp_path):
 
 
 def test_per_sequence_detection():
-    assert not _is_per_sequence(3, 0) and _is_per_sequence([3, 4], 0) and _is_per_sequence(np.array([1]), 0)
-    assert not _is_per_sequence([3, 4], 1) and not _is_per_sequence([], 1) and _is_per_sequence([[], [1]], 1)
-    assert not _is_per_sequence([[True]], 2) and _is_per_sequence([[[True]]], 2)
-    assert not _is_per_sequence(np.zeros((2, 3)), 2) and _is_per_sequence(np.zeros((2, 2, 3)), 2)
+    assert not _is_per_sequence(3, 0, 2) and _is_per_sequence([3, 4], 0, 2) and _is_per_sequence(np.array([1]), 0, 1)
+    assert not _is_per_sequence([3, 4], 1, 2) and not _is_per_sequence([], 1, 2) and _is_per_sequence([[], [1]], 1, 2)
+    assert not _is_per_sequence([[True]], 2, 1) and _is_per_sequence([[[True]]], 2, 1)
+    assert not _is_per_sequence(np.zeros((2, 3)), 2, 2) and _is_per_sequence(np.zeros((2, 2, 3)), 2, 2)
+    # A first sequence's empty table: its depth is the other entries' to say (it was read as one ragged table).
+    assert _is_per_sequence([[], [[1, 2], [3, 4]]], 2, 2) and _is_per_sequence([[], [], [[True]]], 2, 3)
+    assert _is_per_sequence([np.zeros((0, 3)), np.ones((2, 2))], 2, 2)
+    # Only empty tables: either reading fits, and one entry per sequence reads per sequence.
+    assert _is_per_sequence([[], []], 2, 2) and not _is_per_sequence([[], []], 2, 3)
+
+
+def test_per_sequence_tables_may_begin_with_an_empty_one(attn):
+    """A table per sequence whose first is empty: each sequence gets its own (the first sequence's [] made the
+    whole list look like one ragged table, refused for values that are fine)."""
+    seqs = attn.sequences([64, 40], {"table": [[], [[True, False], [False, True]]]})
+    assert [np.asarray(s["table"]).shape for s in seqs] == [(0,), (2, 2)]
+    values, _ = attn.compiled.bind(seqs)
+    assert [v.arrays["table"].shape[0] for v in values] == [0, 2]
+    seqs = attn.sequences([64, 40], {"table": [[], []]})
+    assert [s["table"] for s in seqs] == [[], []]
 
 
 def test_cu_seqlens_must_be_one_dimensional_integers():

@@ -165,7 +165,7 @@ class Attention:
                                f"{self.program.name} (runtime parameters: {known})")
             if decl.const:
                 raise _problem(self.program, decl.span, f"'{name}' is const (compiled in); compile again to change it")
-            per_sequence = _is_per_sequence(value, decl.type.depth)
+            per_sequence = _is_per_sequence(value, decl.type.depth, len(lengths))
             if per_sequence and len(value) != len(lengths):
                 raise _problem(self.program, decl.span,
                                f"'{name}' has {len(value)} values for {len(lengths)} sequences")
@@ -880,17 +880,32 @@ def plain_values(params: dict) -> dict:
     return plain
 
 
-def _is_per_sequence(value, depth: int) -> bool:
-    """A list one level deeper than the parameter's type gives one value per sequence."""
-    level, x = 0, value
-    while isinstance(x, (list, tuple)) or (isinstance(x, np.ndarray) and x.ndim):  # (a 0-d array is a number)
-        level += 1
-        if len(x) == 0:
-            break
-        x = x[0]
+def _is_per_sequence(value, depth: int, sequences: int) -> bool:
+    """A list one level deeper than the parameter's type gives one value per sequence. Only a list of empty lists
+    can be read both ways (`[[], []]` for a table: one table of two empty rows, or an empty table per sequence);
+    with one entry per sequence it is read per sequence. (A numpy array says its depth by its shape.)"""
+    lowest, highest = _depth_bounds(value)
+    if lowest != highest and lowest <= depth < highest:
+        return isinstance(value, (list, tuple)) and len(value) == sequences
+    return lowest > depth
+
+
+def _depth_bounds(value) -> tuple[int, float]:
+    """The nesting depths a runtime value can have: a number 0, an array its ndim, a list one more than its
+    entries, where an empty list can be of any depth from 1. Lists are read down their first entries, and along
+    all of them only where that meets an empty list (the depth of a first entry `[]` is the others' to say)."""
     if isinstance(value, np.ndarray):
-        level = value.ndim
-    return level > depth
+        return value.ndim, value.ndim
+    if not isinstance(value, (list, tuple)):
+        return 0, 0
+    if not value:
+        return 1, math.inf
+    lowest, highest = _depth_bounds(value[0])
+    if lowest != highest:
+        for entry in value[1:]:  # (entries that disagree are left to the values' checks, which name them)
+            low, high = _depth_bounds(entry)
+            lowest, highest = max(lowest, low), min(highest, high)
+    return 1 + lowest, 1 + highest
 
 
 _per_plan_values: dict = {}
