@@ -351,18 +351,19 @@ def test_generated_code_of_generated_programs_matches_the_oracle(case, options, 
 
 
 @fuzz(60)
-@given(case=ms.cases())
-def test_runtime_values_given_per_sequence_by_a_caller_reach_the_plan_unchanged(case):
+@given(case=ms.cases(), as_arrays=st.booleans())
+def test_runtime_values_given_per_sequence_by_a_caller_reach_the_plan_unchanged(case, as_arrays):
     """A batch's values passed as a call's keywords, one per sequence (lists and tables as the Python lists
-    `tolist()` makes), bind to what the sequences gave: `Attention.sequences` tells one value per sequence from
-    one for all by depth, and an empty first list or table must not change the reading (it made a batch of
-    tables look like one ragged table, or read empty tables as rows of one)."""
+    `tolist()` makes, or as numpy arrays), bind to what the sequences gave: `Attention.sequences` tells one value
+    per sequence from one for all by depth, and an empty first list or table must not change the reading (it
+    made a batch of tables look like one ragged table, or read empty tables as rows of one)."""
     compiled = compiled_case(case)
     ok, _ = split_sequences(case, ms.Oracle(case.program, const_values(case)))
     if not ok:
         return
     values, layouts = compiled.bind([seq for seq, _ in ok])
-    keywords = {p.name: [v.arrays[p.name].tolist() if p.type.depth else v.scalars[p.name] for v in values]
+    keywords = {p.name: [(v.arrays[p.name] if as_arrays else v.arrays[p.name].tolist()) if p.type.depth
+                         else v.scalars[p.name] for v in values]
                 for p in compiled.program.runtime_params}
     note(f"--- program:\n{case.text}\nkeywords {keywords}")
     again, _ = compiled.bind(Attention(compiled).sequences([lay.n for lay in layouts], keywords))
