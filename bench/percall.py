@@ -119,38 +119,36 @@ def harness_style(rounds: int = 5, calls: int = 200) -> None:
     cu = torch.tensor([0, 1024], dtype=torch.int32)
     qs, ks, vs = (x.unsqueeze(0).transpose(1, 2) for x in (q, k, v))
 
+    def call():
+        return attn(q, k, v, cu_seqlens=cu)
+
     def sdpa():  # (flash chosen once, outside: entering sdpa_kernel costs tens of us a call)
         return torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, is_causal=True)
 
-    def sdpa_host(calls):  # SDPA flash measured as maskc in the same state of the GPU's queue
-        for _ in range(10):
-            sdpa()
-        torch.cuda.synchronize()
-        host = []
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            sdpa()
-            host.append(time.perf_counter() - t0)
-        torch.cuda.synchronize()
-        return 1e6 * statistics.median(host)
-
     with torch.no_grad(), sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         for _ in range(rounds):
-            for _ in range(10):
-                attn(q, k, v, cu_seqlens=cu)
-            torch.cuda.synchronize()
-            host = []
-            start = time.perf_counter()
-            for _ in range(calls):
-                t0 = time.perf_counter()
-                attn(q, k, v, cu_seqlens=cu)
-                host.append(time.perf_counter() - t0)
-            torch.cuda.synchronize()
-            loop = (time.perf_counter() - start) / calls
-            print(f"host {1e6 * statistics.median(host):6.1f} us  loop {1e6 * loop:6.1f} us  "
-                  f"host with an idle GPU {idle_host_us(lambda: attn(q, k, v, cu_seqlens=cu), calls):6.1f} us  "
-                  f"SDPA flash: host {sdpa_host(calls):6.1f} us, with an idle GPU "
-                  f"{idle_host_us(sdpa, calls):6.1f} us", flush=True)
+            host, loop = queued_host_us(call, calls)
+            sdpa_host, _ = queued_host_us(sdpa, calls)  # SDPA flash in the same state of the GPU's queue
+            print(f"host {host:6.1f} us  loop {loop:6.1f} us  "
+                  f"host with an idle GPU {idle_host_us(call, calls):6.1f} us  "
+                  f"SDPA flash: host {sdpa_host:6.1f} us, with an idle GPU {idle_host_us(sdpa, calls):6.1f} us",
+                  flush=True)
+
+
+def queued_host_us(fn, calls: int) -> tuple[float, float]:
+    """After 10 calls to warm up, a loop of `calls` with a synchronize only at its ends: the host time of each
+    call (median, us; the launches queue up on the GPU meanwhile) and the loop's time per call (us)."""
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    host = []
+    start = time.perf_counter()
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        host.append(time.perf_counter() - t0)
+    torch.cuda.synchronize()
+    return 1e6 * statistics.median(host), 1e6 * (time.perf_counter() - start) / calls
 
 
 def idle_host_us(fn, calls: int) -> float:
