@@ -253,7 +253,7 @@ extern "C" void maskc_kernel_model(const i64* seq_table, const int* seg_start, c
 """
 
 
-def kernel_model(compiled, sequences, workdir: Path) -> tuple[list[np.ndarray], list[tuple[np.ndarray, np.ndarray]]]:
+def kernel_model(compiled, sequences, workdir: Path) -> tuple[list[np.ndarray], list[tuple[np.ndarray, ...]]]:
     """The pairs the kernel shows for these sequences: its tile loop over the descriptor maskc plans for its
     own tiles (KERNEL_MODEL), with the generated mask code compiled for the host; and where the mask code has
     interval rules, the pairs its interval masks show per sequence (visible_columns, visible_slots; else none).

@@ -706,6 +706,8 @@ def _keep_launch(cache: OrderedDict, key: tuple, launch) -> None:
     cache[key] = launch
     if len(cache) > _PREPARED_LAUNCHES:
         cache.popitem(last=False)
+
+
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
