@@ -1305,6 +1305,22 @@ class Oracle:
         return out
 
 
+def const_values(case: Case) -> dict:
+    """The program's const values as compiled: the case's, else the defaults."""
+    return {p.name: case.consts.get(p.name, p.default) for p in case.program.params if p.const}
+
+
+def split_sequences(case: Case, oracle: Oracle):
+    """(values, oracle layout) of the sequences the oracle accepts, and (values, reason) of the others."""
+    ok, refused = [], []
+    for seq in case.sequences:
+        try:
+            ok.append((seq, oracle.layout(seq)))
+        except Refused as why:
+            refused.append((seq, str(why)))
+    return ok, refused
+
+
 # ---------------------------------------------------------------------------------------------------
 # Damage: programs that are wrong at the level of the grammar, the names or the types
 # ---------------------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from click.testing import CliRunner
 from descriptor_check import check_descriptor
 from hypothesis import HealthCheck, given, note, seed, settings
 from hypothesis import strategies as st
+from mask_strategies import const_values, split_sequences
 from test_row_intervals import rows_visible
 from test_standalone import HARNESS as STANDALONE_HARNESS
 from test_standalone import _values_code
@@ -78,10 +79,6 @@ def fuzz(examples: int):
 # ---------------------------------------------------------------------------------------------------
 
 
-def const_values(case: ms.Case) -> dict:
-    return {p.name: case.consts.get(p.name, p.default) for p in case.program.params if p.const}
-
-
 def assert_positioned(exc: MaskError, text: str, lines: tuple[int, int] | None = None) -> None:
     """Every diagnostic has a position, the rendering shows it, and (if `lines` is given) one of them lies
     on those lines."""
@@ -105,17 +102,6 @@ def compiled_case(case: ms.Case, options: KernelOptions | None = None):
         assert_positioned(exc, text)
         raise AssertionError(f"maskc refused a valid program:\n{exc.render()}\n--- program:\n{text}\n"
                              f"consts {case.consts}") from None
-
-
-def split_sequences(case: ms.Case, oracle: ms.Oracle):
-    """(values, oracle layout) of the sequences the oracle accepts, and (values, reason) of the others."""
-    ok, refused = [], []
-    for seq in case.sequences:
-        try:
-            ok.append((seq, oracle.layout(seq)))
-        except ms.Refused as why:
-            refused.append((seq, str(why)))
-    return ok, refused
 
 
 def check_layouts(case, compiled, oracle, context):

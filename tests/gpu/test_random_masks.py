@@ -48,18 +48,6 @@ def fuzz(test):
     return seed(int(SEED))(test) if SEED is not None else test
 
 
-def accepted_sequences(case: ms.Case, oracle: ms.Oracle) -> list[tuple[dict, object]]:
-    """(values, oracle layout) of the case's sequences that the oracle accepts (some may hold no token)."""
-    ok = []
-    for values in case.sequences:
-        try:
-            layout = oracle.layout(values)
-        except ms.Refused:
-            continue
-        ok.append((values, layout))
-    return ok
-
-
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("backward", PASSES, ids=PASS_IDS)
 @fuzz
@@ -69,9 +57,8 @@ def test_random_masks_forward_and_gradients(case, dtype, backward, head_dim):
     if head_dim not in KernelOptions(arch=arch).family.head_dims:
         pytest.skip(f"head dim {head_dim} is not a {arch} option")
     supported(arch, kernels, head_dim)
-    consts = {p.name: case.consts.get(p.name, p.default) for p in case.program.params if p.const}
-    oracle = ms.Oracle(case.program, consts)
-    ok = accepted_sequences(case, oracle)
+    oracle = ms.Oracle(case.program, ms.const_values(case))
+    ok, _ = ms.split_sequences(case, oracle)  # (some may hold no token)
     if not ok or all(layout.n == 0 for _, layout in ok):
         return
     what = f"--- program:\n{case.text}\nconsts {case.consts}\nsequences {[v for v, _ in ok]}\n{dtype}"
