@@ -180,6 +180,19 @@ def test_an_operand_wider_than_the_result_is_not_narrowed_first(rule, consts, w,
 
 @needs_cxx
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+@pytest.mark.parametrize("rule", ["S -> S   where k < q and q - k > w", "S -> S   where k > q + w"])
+def test_interval_masks_with_bounds_near_the_32_bit_limits(rule, arch, host_dir):
+    """A regression the grammar fuzzer found: a row's key interval [lo, hi) made relative to a tile
+    (visible_columns, visible_slots) overflowed where a bound lies near the 32-bit limits (hi = q - w with w =
+    2^31 - 1, lo = q + w + 1), and the row saw keys of the tile it does not see."""
+    c = compile_text(WIDE_OPERANDS + f"    {rule}\n", KernelOptions(arch=arch))
+    assert "struct RowKeys" in c.source
+    values = [2**31 - 1, 2**31 - 2, -(2**31), -(2**31) + 1, 3]
+    host_mask.check_generated_code(c, [{"n": 300, "w": w} for w in values], host_dir)
+
+
+@needs_cxx
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("op", ["<", "<=", ">", ">=", "==", "!="])
 def test_a_token_expression_against_a_64_bit_value_compares_in_32_bits(op, arch, host_dir):
     """clear's `dy^2 + dx^2 <= r^2` with r a runtime value: the token side fits 32 bits, so the sequence side is
