@@ -18,7 +18,8 @@ from maskc.compiler import compile_file, compile_text
 from maskc.kernels import KernelOptions
 from maskc.plan.layout import (ValueProblem, bind_sequence, concrete_layout, entries_per_sequence, joined, scalar_column,
                                validate_values)
-from maskc.plan.layout_batch import bind_batch
+from maskc.compiler import _values_key
+from maskc.plan.layout_batch import ValueColumns, bind_batch
 from maskc.plan.tiling import segment_boundaries
 from test_layout import program
 
@@ -62,9 +63,27 @@ def assert_same(at_once, expected) -> None:
         assert same_array(scalar_column(values, name), scalar_column(expected[0], name)), name
 
 
+def as_columns(sequences) -> ValueColumns | None:
+    """The same values as a call's keywords give them (`Attention.sequences`), where every sequence gives the
+    same names."""
+    names = list(sequences[0]) if sequences else []
+    if any(set(given) != set(names) for given in sequences):
+        return None
+    return ValueColumns(len(sequences), {name: [given[name] for given in sequences] for name in names})
+
+
 def check(prog, sequences) -> bool:
-    """bind_batch agrees with the per-sequence path; True when it took the batch."""
+    """bind_batch agrees with the per-sequence path, given the values as dicts or as columns (and the plan cache
+    keys both alike); True when it took the batch."""
     at_once = bind_batch(prog, sequences)
+    columns = as_columns(sequences)
+    if columns is not None:
+        assert list(columns) == list(sequences) and _values_key(columns) == _values_key(sequences)
+        from_columns = bind_batch(prog, columns)
+        assert (from_columns is None) == (at_once is None), sequences
+        if at_once is not None:
+            assert_same(from_columns, at_once)
+            assert list(from_columns[0].ns) == list(at_once[0].ns) and from_columns[0].scalars == at_once[0].scalars
     try:
         expected = one_by_one(prog, sequences)
     except ValueProblem:

@@ -23,6 +23,7 @@ from maskc.compiler import CompiledMask, frozen_values
 from maskc.diagnostics import Span, ValueProblem, value_problem
 from maskc.memo import per_object
 from maskc.plan.by_key import KeyTables, long_items
+from maskc.plan.layout_batch import ValueColumns
 from maskc.runtime.launch import Kernel, PreparedLaunch, cupy_stream, current_stream_handle, current_stream_of
 from maskc.runtime.tensor_maps import grid_box_map, tensor_map
 
@@ -154,9 +155,11 @@ class Attention:
 
     # -- the call -------------------------------------------------------------------------------------
 
-    def sequences(self, lengths: list[int], params: dict[str, object]) -> list[dict[str, object]]:
-        """Per-sequence runtime values from keyword arguments: broadcast, or one per sequence."""
-        out = [{"n": int(n)} for n in lengths]
+    def sequences(self, lengths: list[int], params: dict[str, object]) -> ValueColumns:
+        """Per-sequence runtime values from keyword arguments: broadcast, or one per sequence (as columns: a
+        sequence of dicts, one per sequence, made when asked for)."""
+        count = len(lengths)
+        columns: dict[str, list] = {"n": [int(n) for n in lengths]}
         for name, value in plain_values(params).items():
             decl = self.program.param(name)
             if decl is None or name == "n":
@@ -165,13 +168,12 @@ class Attention:
                                f"{self.program.name} (runtime parameters: {known})")
             if decl.const:
                 raise _problem(self.program, decl.span, f"'{name}' is const (compiled in); compile again to change it")
-            per_sequence = _is_per_sequence(value, decl.type.depth, len(lengths))
-            if per_sequence and len(value) != len(lengths):
+            per_sequence = _is_per_sequence(value, decl.type.depth, count)
+            if per_sequence and len(value) != count:
                 raise _problem(self.program, decl.span,
-                               f"'{name}' has {len(value)} values for {len(lengths)} sequences")
-            for b, seq in enumerate(out):
-                seq[name] = value[b] if per_sequence else value
-        return out
+                               f"'{name}' has {len(value)} values for {count} sequences")
+            columns[name] = list(value) if per_sequence else [value] * count
+        return ValueColumns(count, columns)
 
     def plan(self, *, cu_seqlens=None, batch: int | None = None, n: int | None = None, **params) -> Plan:
         """The plan of a call's runtime values, made ahead of the call (see `Plan`): for a packed batch its
@@ -291,9 +293,9 @@ class Attention:
         else:
             lengths = [tq.shape[1]] * tq.shape[0]
             offsets = np.zeros(len(lengths), dtype=np.int64)
-        for n in lengths:
-            if n > 2**31 - 1:
-                raise ValueError(f"a sequence of {n} tokens is longer than the 2^31 - 1 maskc supports")
+        longest = max(lengths, default=0)
+        if longest > 2**31 - 1:
+            raise ValueError(f"a sequence of {longest} tokens is longer than the 2^31 - 1 maskc supports")
         if math.prod(tq.shape) >= 2**63:
             raise ValueError("q is too large: tokens x heads x head_dim must stay below 2^63")
 
@@ -450,7 +452,7 @@ class _Inputs:
     scale: float
     lengths: list[int]
     offsets: np.ndarray  # token offset of each sequence
-    sequences: list[dict[str, object]]  # runtime values per sequence
+    sequences: ValueColumns  # runtime values per sequence
 
     @property
     def lse_shape(self) -> tuple[int, ...]:

@@ -1,0 +1,101 @@
+"""The host time of a training step's first attention call when its runtime values are new (new lengths every
+step: packed documents, reward-model groups, HSTU users), measured without a GPU: the forward call (checks,
+the plan from scratch, tables, launch) and then its backward call (the plan found again, the tables by key
+tile, launch), with CuPy, the driver's launch and the TMA encoder faked by tests/fake_cupy.py (a few us of each
+call are the fakes'). 32768 tokens in `count` sequences of random lengths, sm_90a, head dim 128, 16 heads.
+
+    python bench/newvalues_cpu.py [--counts 9 64 256 1024] [--workloads document rm_shared hstu_jagged]
+
+Issue 5 asks that new runtime values cost the attention plus <= 1 ms; on a GPU's host the same code has run
+1.5-2.3x slower than on the dev VM (docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "bench")]  # (under PYTHONSAFEPATH the script's folder is not there)
+
+import fake_cupy  # noqa: E402
+
+import maskc  # noqa: E402
+
+TOKENS = 32768
+
+
+def batch(rng: np.random.Generator, workload: str, count: int) -> tuple[np.ndarray, dict]:
+    """cu_seqlens of TOKENS tokens in `count` random lengths and the runtime values a user would pass: for
+    document one document a sequence (causal), for rm_shared a prompt and up to four responses a group, for
+    hstu_jagged a user's context and targets."""
+    cuts = np.sort(rng.choice(np.arange(1, TOKENS), count - 1, replace=False))
+    lengths = np.diff(np.concatenate([[0], cuts, [TOKENS]]))
+    cu_seqlens = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    if workload == "rm_shared":
+        prompts, responses = [], []
+        for n in lengths.tolist():
+            parts = rng.multinomial(n, rng.dirichlet(np.ones(int(rng.integers(1, 6))))).tolist()
+            prompts.append(parts[0])
+            responses.append(parts[1:])
+        return cu_seqlens, {"prompt": prompts, "responses": responses}
+    if workload == "hstu_jagged":
+        context = np.minimum(lengths, 6)
+        targets = (rng.random(count) * (lengths - context) / 4).astype(np.int64)
+        return cu_seqlens, {"context": context.tolist(), "targets": targets.tolist()}
+    return cu_seqlens, {}
+
+
+def mask_file(workload: str) -> Path:
+    # A sequence a document: causal inside each sequence of the packed batch.
+    return ROOT / "examples" / ("causal.mask" if workload == "document" else f"{workload}.mask")
+
+
+def time_step(workload: str, count: int, steps: int, seed: int = 0) -> tuple[float, float]:
+    """Median ms of the forward call and of its backward call, each step with new runtime values."""
+    attn = maskc.load(mask_file(workload), arch="sm_90a", head_dim=128, dtype="fp16")
+    rng = np.random.default_rng(seed + count)
+    batches = [batch(rng, workload, count) for _ in range(steps)]
+    names = (attn.compiled.name, *attn.compiled.backward_names)
+    forward, backward = [], []
+    with pytest.MonkeyPatch.context() as mp:
+        record = fake_cupy.install(mp, dict.fromkeys(names, ()))
+        q, k, v, out, d_out = (fake_cupy.ndarray((TOKENS, 16, 128)) for _ in range(5))
+        lse = fake_cupy.ndarray((16, TOKENS), np.float32)
+        for cu_seqlens, values in batches:
+            start = time.perf_counter()
+            attn(q, k, v, cu_seqlens=cu_seqlens, **values)
+            middle = time.perf_counter()
+            attn.backward(q, k, v, out, lse, d_out, cu_seqlens=cu_seqlens, **values)
+            forward.append(middle - start)
+            backward.append(time.perf_counter() - middle)
+            record.launches.clear()
+        fake_cupy.clear_caches()
+    warm = steps // 5
+    return 1e3 * statistics.median(forward[warm:]), 1e3 * statistics.median(backward[warm:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--workloads", nargs="+", default=["document", "rm_shared", "hstu_jagged"])
+    parser.add_argument("--counts", nargs="+", type=int, default=[9, 64, 256, 1024])
+    parser.add_argument("--steps", type=int, default=60)
+    args = parser.parse_args()
+    print(f"host: {platform.processor() or platform.machine()}, python {platform.python_version()}, "
+          f"numpy {np.__version__}")
+    print(f"new runtime values every step, {TOKENS} tokens, median ms of the forward call / its backward call")
+    print(f"{'workload':12s}" + "".join(f"{f'{c} seqs':>16s}" for c in args.counts))
+    for workload in args.workloads:
+        cells = [time_step(workload, count, args.steps) for count in args.counts]
+        print(f"{workload:12s}" + "".join(f"{f'{f:.3f} / {b:.3f}':>16s}" for f, b in cells))
+
+
+if __name__ == "__main__":
+    main()
