@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from maskc.plan.arrays import stable_order
 from maskc.plan.planner import Descriptor
 
 
@@ -53,19 +54,21 @@ def by_key(desc: Descriptor) -> KeyDescriptor:
     global_k = np.repeat(k_base.take(desc.work_seq).astype(np.int32 if narrow else np.int64), per_item)
     global_k += desc.k_tile
     counts = np.bincount(global_k, minlength=int(k_base[-1])).astype(np.int64)
-    visit = np.argsort(-counts, kind="stable")  # most work first, as the forward kernels visit query tiles
+    most = int(counts.max(initial=0))
+    visit = stable_order(most - counts, most + 1)  # most work first, as the forward kernels visit query tiles
     rank = np.empty(len(visit), dtype=global_k.dtype)
     rank[visit] = np.arange(len(visit))
     q_tile = desc.work_qtile.take(item)
     # By key tile (in visiting order), then query tile: one stable sort of a combined key (lexsort of the two:
-    # 1.4-2x slower at 32K; the pairs are distinct, so the order is the same).
+    # 1.4-2x slower at 32K; the pairs are distinct, so the order is the same), a radix sort where the key fits 16
+    # bits (a few packed documents: 86 -> ~20 us).
     stride = int(q_tile.max(initial=0)) + 1
     key = rank.take(global_k)
     if len(visit) * stride >= 2**31:
         key = key.astype(np.int64)
     key *= stride
     key += q_tile
-    order = np.argsort(key, kind="stable")
+    order = stable_order(key, len(visit) * stride)
     work_seq = (np.searchsorted(k_base, visit, side="right") - 1).astype(np.int32)
     return KeyDescriptor(
         work_seq=work_seq,
