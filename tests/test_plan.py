@@ -27,6 +27,7 @@ from maskc.compiler import compile_file, compile_text
 from maskc.kernels import KernelOptions, TileKind
 from maskc.plan import planner
 from maskc.plan.planner import MAX_DESCRIPTOR_BYTES, PlanError, TileConfig, plan, visited_tiles_floor
+from maskc.plan.offsets import offset_forms
 from maskc.plan.rows import row_forms
 from maskc.tools.reference import attention, dense_mask, simulate
 
@@ -248,6 +249,80 @@ def test_fast_path_equals_the_general_search_on_random_masks(case, config):
     compiled = compiled_random(case)
     values, layouts = compiled.bind(sequences)
     check_fast_path(compiled, values, layouts, config, note=f"\n{text}\nsequences {sequences}\nconfig {config}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Grid rules of coordinate differences (maskc/plan/offsets.py) against the general search
+# ---------------------------------------------------------------------------------------------------
+
+
+def offsets_taken(compiled) -> list[bool]:
+    return [form is not None for form in offset_forms(compiled.program, compiled.tiling)]
+
+
+def test_the_offsets_path_takes_the_grid_rules_of_differences():
+    taken = {name: offsets_taken(example(name)[0]) for name in sorted(SMALL)}
+    assert {name: flags for name, flags in taken.items() if any(flags)} == {
+        "clear": [True], "clear_text": [False, False, True], "video3d": [True]}
+
+
+def grid_mask(rule: str, dims: str = "h, w") -> str:
+    return f"mask m(h: int = 8, w: int = 12, t: int = 2, r: int = 3)\nsegments:\n    G = grid({dims})\n" \
+           f"rules:\n    G -> G   where {rule}\n"
+
+
+@pytest.mark.parametrize("rule, taken", [
+    ("(q.y - k.y)^2 + (q.x - k.x)^2 <= r^2", True),
+    ("abs(k.x - q.x) <= r and k.y <= q.y", True),
+    ("q.x != k.x or (q.y - k.y) % 2 == 0", True),
+    ("q.y - k.y < n // 4", True),  # n is a value of the sequence
+    ("q.y <= 3 and k.y <= q.y", False),  # where the query lies, not only how far
+    ("q.y + k.y < r", False),
+    ("q.y - k.x < 2", False),  # two different coordinates
+    ("k <= q and abs(q.x - k.x) <= r", False),  # positions in the sequence
+])
+def test_rules_that_read_coordinates_only_as_differences(rule, taken):
+    compiled = compile_text(grid_mask(rule), KernelOptions())
+    assert offsets_taken(compiled) == [taken]
+
+
+def check_offsets_path(compiled, values, layouts, config, note=""):
+    """With the offsets path and without (the general search), exact: the same descriptor byte for byte, and
+    exact against brute force."""
+    fast = plan(compiled.program, layouts, values, config, refine_budget=UNLIMITED)
+    general = plan(compiled.program, layouts, values, config, refine_budget=UNLIMITED, fast=False)
+    for name in DESCRIPTOR_ARRAYS:
+        a, b = getattr(fast, name), getattr(general, name)
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), f"{name} differs from the general search{note}"
+    check_descriptor(compiled.program, fast, layouts, values)
+
+
+DIFFERENCE_RULES = ["abs(q.y - k.y) <= r", "abs(q.x - k.x) <= r + 1", "(q.y - k.y)^2 + (q.x - k.x)^2 <= r^2",
+                    "k.x <= q.x", "q.y != k.y", "(q.x - k.x) % 3 == 0", "q.y - k.y >= -r",
+                    "k.y < q.y or (k.y == q.y and k.x <= q.x)", "abs(q.t - k.t) <= 1", "q.t - k.t == 0 or k.x == q.x"]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data(), config=st.sampled_from(CONFIGS), three=st.booleans())
+def test_the_offsets_path_equals_the_general_search_on_random_rules(data, config, three):
+    """Random rules of differences (and, or of a few) on packed grids of random sizes, the sequences' radii
+    differing or not; 2D and 3D."""
+    rules = [r for r in DIFFERENCE_RULES if three or "q.t" not in r]
+    terms = data.draw(st.lists(st.sampled_from(rules), min_size=1, max_size=3), label="terms")
+    joiner = data.draw(st.sampled_from([" and ", " or "]), label="joiner")
+    rule = joiner.join(f"({t})" for t in terms)
+    compiled = compile_text(grid_mask(rule, "t, h, w" if three else "h, w"), KernelOptions())
+    assume = offsets_taken(compiled) == [True]
+    assert assume, rule
+    sizes = st.integers(1, 19)
+    sequence = st.fixed_dictionaries({"h": sizes, "w": sizes, "t": st.integers(1, 3), "r": st.integers(-1, 6)})
+    sequences = data.draw(st.lists(sequence, min_size=1, max_size=3), label="sequences")
+    for given_values in sequences:
+        given_values["n"] = given_values["h"] * given_values["w"] * (given_values["t"] if three else 1)
+        if not three:
+            del given_values["t"]
+    values, layouts = compiled.bind(sequences)
+    check_offsets_path(compiled, values, layouts, config, note=f"\n{rule}\nsequences {sequences}\nconfig {config}")
 
 
 @pytest.mark.parametrize("where", [

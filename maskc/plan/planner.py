@@ -6,7 +6,8 @@ instance is searched tile row by tile row: interval arithmetic over a block of k
 block empty (dropped), fully visible (all its tiles emitted), or neither (the block is halved). That is
 O(tiles visited x log) work and never O(N^2) memory. Tiles touched by several instances, or whose
 interval bound may be loose, are then classified exactly by evaluating the mask on their pairs (within a
-budget; past it a tile stays PARTIAL, which is always correct).
+budget; past it a tile stays PARTIAL, which is always correct). A grid rule that reads coordinates only as
+differences (CLEAR's disc) skips the search: plan/offsets.py finds its tiles' exact kinds in closed form.
 
 The result is a `Descriptor`: per query tile, in the order the kernel should run them (most work first),
 the list of k tiles to visit and, per k tile, its kind (`maskc.kernels.abi.TileKind`): FULL (no mask code
@@ -41,6 +42,7 @@ from maskc.plan.layout import (
     segment_bounds,
     segment_facts,
 )
+from maskc.plan.offsets import offset_forms, search_by_offsets
 from maskc.plan.rows import plan_ranges
 from maskc.plan.tiling import (
     BlockTable,
@@ -396,16 +398,24 @@ _RANGE_FIELDS = ("seq", "qt", "k0", "k1", "status", "exact", "inst")
 _FAN_OUT = 4
 
 
-def _search_region(program, region: ir.Region, batch: _Batch, tiling: Tiling):
-    """Where one region may make pairs visible, as ranges of k tiles per (instance, q tile).
+def _search_region(program, index: int, batch: _Batch, tiling: Tiling, fast: bool = True):
+    """Where region `index` may make pairs visible, as ranges of k tiles per (instance, q tile); a grid rule of
+    coordinate differences in closed form (plan/offsets.py) unless `fast` is off.
 
     Returns the instances and arrays over ranges: seq, qt, k0, k1 (inclusive), status (Status.TRUE on the
     whole range, Status.UNKNOWN on a single tile), exact (for UNKNOWN: the answer is exact), inst.
     """
+    region = program.regions[index]
     inst = _instances(program, region, batch, tiling)
     empty = {k: np.zeros(0, np.int64) for k in _RANGE_FIELDS}
     if len(inst["seq"]) == 0 or region.pred == ir.FALSE:
         return inst, empty
+    form = offset_forms(program, tiling)[index] if fast else None
+    pairs = search_by_offsets(form, region, batch, inst) if form is not None else None
+    if pairs is not None:  # a grid rule of coordinate differences: exact kinds in closed form (plan/offsets.py)
+        return inst, dict(seq=inst["seq"].take(pairs["inst"]), qt=pairs["qt"], k0=pairs["kt"], k1=pairs["kt"],
+                          status=np.where(pairs["full"], Status.TRUE, Status.UNKNOWN),
+                          exact=~pairs["full"], inst=pairs["inst"])
     leaves = _Leaves(program, region, batch)
 
     # One box per (instance, q tile), covering every k tile of the instance's k span. Its query side
@@ -587,7 +597,8 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
          config: TileConfig = TileConfig(), refine_budget: int = DEFAULT_REFINE_BUDGET,
          tiling: Tiling | None = None, fast: bool = True) -> Descriptor:
     """The descriptor for these sequences. Masks made of row intervals take the fast path (`plan/rows.py`,
-    exact without a refinement budget); `fast=False` forces the general search (the tests compare the two)."""
+    exact without a refinement budget), grid rules of coordinate differences theirs (`plan/offsets.py`, exact too);
+    `fast=False` forces the general search everywhere (the tests compare them)."""
     start = time.perf_counter()
     tiling = tiling or _tiling(program, config)
     batch = _Batch.of(layouts, values, tiling)
@@ -612,7 +623,7 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
         ranges = plan_ranges(program, batch, tiling) if fast else None
     stats.fast_path = ranges is not None
     if ranges is None:
-        ranges = _search(program, batch, tiling, config, refine_budget, qtile_base, stats)
+        ranges = _search(program, batch, tiling, config, refine_budget, qtile_base, stats, fast)
     return _descriptor(config, bt, qtile_base, *ranges, stats, start)
 
 
@@ -623,14 +634,14 @@ def _tiling(program: ir.Program, config: TileConfig) -> Tiling:
 
 
 def _search(program: ir.Program, batch: _Batch, tiling: Tiling, config: TileConfig, refine_budget: int,
-            qtile_base: np.ndarray, stats: PlanStats):
+            qtile_base: np.ndarray, stats: PlanStats, fast: bool = True):
     """The general search: visited tiles as ranges (global q tile, first k tile, last k tile, kind)."""
     # Entries of the descriptor before ordering: (gq, first k tile, last k tile, kind, needs exact check),
     # gq being the global query tile. Query tiles whose ranges never overlap (one instance answers for
     # each tile, the common case) are decided range by range; the others are merged tile by tile.
     parts = []
     for index, region in enumerate(program.regions):
-        inst, r = _search_region(program, region, batch, tiling)
+        inst, r = _search_region(program, index, batch, tiling, fast)
         src, lo, hi, covered = _covered_pieces(r, inst, batch, tiling)
         i = r["inst"][src]
         status = r["status"][src]
@@ -787,7 +798,7 @@ def visited_tiles_floor(program: ir.Program, layouts: list[ConcreteLayout], valu
     batch = _Batch.of(layouts, values, tiling)
     proven = np.zeros((len(program.regions), len(layouts)), dtype=np.int64)  # visible pairs, per region and sequence
     for index, region in enumerate(program.regions):
-        inst, r = _search_region(program, region, batch, tiling)
+        inst, r = _search_region(program, index, batch, tiling)
         true = np.nonzero(r["status"] == Status.TRUE)[0]
         i = r["inst"][true]
         q = _tokens_in(batch.blocks, tiling, "q", inst["qg"][i], r["qt"][true], r["qt"][true], inst["qa"][i], inst["qb"][i])
