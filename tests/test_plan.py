@@ -27,7 +27,7 @@ from maskc.compiler import compile_file, compile_text
 from maskc.kernels import KernelOptions, TileKind
 from maskc.plan import planner
 from maskc.plan.planner import MAX_DESCRIPTOR_BYTES, PlanError, TileConfig, plan, visited_tiles_floor
-from maskc.plan.offsets import offset_forms
+from maskc.plan.factors import factored_forms
 from maskc.plan.rows import row_forms
 from maskc.tools.reference import attention, dense_mask, simulate
 
@@ -252,18 +252,20 @@ def test_fast_path_equals_the_general_search_on_random_masks(case, config):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Grid rules of coordinate differences (maskc/plan/offsets.py) against the general search
+# Rules that factor over the tiles' axes (maskc/plan/factors.py) against the general search
 # ---------------------------------------------------------------------------------------------------
 
 
-def offsets_taken(compiled) -> list[bool]:
-    return [form is not None for form in offset_forms(compiled.program, compiled.tiling)]
+def factored(compiled) -> list[bool]:
+    return [form is not None for form in factored_forms(compiled.program, compiled.tiling)]
 
 
-def test_the_offsets_path_takes_the_grid_rules_of_differences():
-    taken = {name: offsets_taken(example(name)[0]) for name in sorted(SMALL)}
+def test_the_factored_path_takes_rules_that_factor_over_the_axes():
+    taken = {name: factored(example(name)[0]) for name in sorted(SMALL)}
     assert {name: flags for name, flags in taken.items() if any(flags)} == {
-        "clear": [True], "clear_text": [False, False, True], "video3d": [True]}
+        "causal": [True], "sliding_window": [True],  # (the row-interval fast path plans these first)
+        "clear": [True], "clear_text": [False, False, True], "dilated_window": [True], "natten2d": [True],
+        "video3d": [True]}
 
 
 def grid_mask(rule: str, dims: str = "h, w") -> str:
@@ -272,22 +274,35 @@ def grid_mask(rule: str, dims: str = "h, w") -> str:
 
 
 @pytest.mark.parametrize("rule, taken", [
-    ("(q.y - k.y)^2 + (q.x - k.x)^2 <= r^2", True),
+    ("(q.y - k.y)^2 + (q.x - k.x)^2 <= r^2", True),  # one factor over two axes, of differences
     ("abs(k.x - q.x) <= r and k.y <= q.y", True),
     ("q.x != k.x or (q.y - k.y) % 2 == 0", True),
     ("q.y - k.y < n // 4", True),  # n is a value of the sequence
-    ("q.y <= 3 and k.y <= q.y", False),  # where the query lies, not only how far
-    ("q.y + k.y < r", False),
+    ("q.y <= 3 and k.y <= q.y", True),  # one axis, where the query lies too: over (q.y, k.y)
+    ("k.x // 4 == q.x // 4 and abs(q.y - k.y) <= r", True),  # a factor per axis, of either kind
+    ("q.y + k.x < r", False),  # two axes, not as differences
     ("q.y - k.x < 2", False),  # two different coordinates
-    ("k <= q and abs(q.x - k.x) <= r", False),  # positions in the sequence
+    ("q.y <= 3 or k.x <= q.x", False),  # a disjunction across the axes
+    ("k <= q and abs(q.x - k.x) <= r", False),  # positions in the sequence, on a grid
 ])
-def test_rules_that_read_coordinates_only_as_differences(rule, taken):
+def test_rules_that_factor_over_the_axes(rule, taken):
     compiled = compile_text(grid_mask(rule), KernelOptions())
-    assert offsets_taken(compiled) == [taken]
+    assert factored(compiled) == [taken]
 
 
-def check_offsets_path(compiled, values, layouts, config, note=""):
-    """With the offsets path and without (the general search), exact: the same descriptor byte for byte, and
+@pytest.mark.parametrize("rule, taken", [
+    ("0 <= q - k < 9 and (q - k) % 3 == 0", True),
+    ("abs(q.pos - k.pos) <= 5", True),
+    ("q // 64 == k // 64", False),  # absolute positions on a run: its table would be n x n
+    ("q - k.pos < 4", False),
+])
+def test_rules_on_runs_factor_where_they_read_differences(rule, taken):
+    text = f"mask m(w: int = 3)\nsegments:\n    S = n\nrules:\n    S -> S   where {rule}\n"
+    assert factored(compile_text(text, KernelOptions())) == [taken]
+
+
+def check_factored_path(compiled, values, layouts, config, note=""):
+    """With the factored path and without (the general search), exact: the same descriptor byte for byte, and
     exact against brute force."""
     fast = plan(compiled.program, layouts, values, config, refine_budget=UNLIMITED)
     general = plan(compiled.program, layouts, values, config, refine_budget=UNLIMITED, fast=False)
@@ -297,23 +312,22 @@ def check_offsets_path(compiled, values, layouts, config, note=""):
     check_descriptor(compiled.program, fast, layouts, values)
 
 
-DIFFERENCE_RULES = ["abs(q.y - k.y) <= r", "abs(q.x - k.x) <= r + 1", "(q.y - k.y)^2 + (q.x - k.x)^2 <= r^2",
-                    "k.x <= q.x", "q.y != k.y", "(q.x - k.x) % 3 == 0", "q.y - k.y >= -r",
-                    "k.y < q.y or (k.y == q.y and k.x <= q.x)", "abs(q.t - k.t) <= 1", "q.t - k.t == 0 or k.x == q.x"]
+FACTORS = ["abs(q.y - k.y) <= r", "abs(q.x - k.x) <= r + 1", "(q.y - k.y)^2 + (q.x - k.x)^2 <= r^2", "k.x <= q.x",
+           "q.y != k.y", "(q.x - k.x) % 3 == 0", "q.y - k.y >= -r", "k.y < q.y or (k.y == q.y and k.x <= q.x)",
+           "abs(q.t - k.t) <= 1", "q.t - k.t == 0 or k.x == q.x", "k.y // 3 == q.y // 3", "q.x <= r or k.x >= q.x",
+           "0 <= k.x - clamp(q.x - r, 0, w - 2 * r - 1) < 2 * r + 1", "(q.y + k.y) % 2 == 0", "k.t <= q.t", "r >= 1"]
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data(), config=st.sampled_from(CONFIGS), three=st.booleans())
-def test_the_offsets_path_equals_the_general_search_on_random_rules(data, config, three):
-    """Random rules of differences (and, or of a few) on packed grids of random sizes, the sequences' radii
-    differing or not; 2D and 3D."""
-    rules = [r for r in DIFFERENCE_RULES if three or "q.t" not in r]
+def test_the_factored_path_equals_the_general_search_on_random_rules(data, config, three):
+    """Random conjunctions of a few factors on packed grids of random sizes, the sequences' values differing or
+    not; 2D and 3D. (A draw the path declines, a disjunction across axes say, checks the search alone.)"""
+    rules = [r for r in FACTORS if three or "q.t" not in r]
     terms = data.draw(st.lists(st.sampled_from(rules), min_size=1, max_size=3), label="terms")
     joiner = data.draw(st.sampled_from([" and ", " or "]), label="joiner")
     rule = joiner.join(f"({t})" for t in terms)
     compiled = compile_text(grid_mask(rule, "t, h, w" if three else "h, w"), KernelOptions())
-    assume = offsets_taken(compiled) == [True]
-    assert assume, rule
     sizes = st.integers(1, 19)
     sequence = st.fixed_dictionaries({"h": sizes, "w": sizes, "t": st.integers(1, 3), "r": st.integers(-1, 6)})
     sequences = data.draw(st.lists(sequence, min_size=1, max_size=3), label="sequences")
@@ -322,7 +336,22 @@ def test_the_offsets_path_equals_the_general_search_on_random_rules(data, config
         if not three:
             del given_values["t"]
     values, layouts = compiled.bind(sequences)
-    check_offsets_path(compiled, values, layouts, config, note=f"\n{rule}\nsequences {sequences}\nconfig {config}")
+    check_factored_path(compiled, values, layouts, config, note=f"\n{rule}\nsequences {sequences}\nconfig {config}")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data(), config=st.sampled_from(CONFIGS))
+def test_the_factored_path_equals_the_general_search_on_runs(data, config):
+    """Rules of position differences on a run (dilated windows), packed sequences of random lengths."""
+    terms = data.draw(st.lists(st.sampled_from(["0 <= q - k < w * 3", "(q - k) % w == 0", "abs(q.pos - k.pos) <= w",
+                                                "k <= q", "q - k != 1"]), min_size=1, max_size=3), label="terms")
+    rule = " and ".join(f"({t})" for t in terms)
+    compiled = compile_text(f"mask m(w: int = 3)\nsegments:\n    S = n\nrules:\n    S -> S   where {rule}\n",
+                            KernelOptions())
+    sequences = data.draw(st.lists(st.fixed_dictionaries({"n": st.integers(0, 90), "w": st.sampled_from([-2, -1, 1, 2, 3, 5, 7])}),
+                                   min_size=1, max_size=3), label="sequences")
+    values, layouts = compiled.bind(sequences)
+    check_factored_path(compiled, values, layouts, config, note=f"\n{rule}\nsequences {sequences}\nconfig {config}")
 
 
 @pytest.mark.parametrize("where", [

@@ -6,8 +6,9 @@ instance is searched tile row by tile row: interval arithmetic over a block of k
 block empty (dropped), fully visible (all its tiles emitted), or neither (the block is halved). That is
 O(tiles visited x log) work and never O(N^2) memory. Tiles touched by several instances, or whose
 interval bound may be loose, are then classified exactly by evaluating the mask on their pairs (within a
-budget; past it a tile stays PARTIAL, which is always correct). A grid rule that reads coordinates only as
-differences (CLEAR's disc) skips the search: plan/offsets.py finds its tiles' exact kinds in closed form.
+budget; past it a tile stays PARTIAL, which is always correct). A rule that factors over the axes of the tiles
+(NATTEN's window, CLEAR's disc, a dilated window) skips the search: plan/factors.py finds its tiles' exact kinds in
+closed form.
 
 The result is a `Descriptor`: per query tile, in the order the kernel should run them (most work first),
 the list of k tiles to visit and, per k tile, its kind (`maskc.kernels.abi.TileKind`): FULL (no mask code
@@ -42,7 +43,7 @@ from maskc.plan.layout import (
     segment_bounds,
     segment_facts,
 )
-from maskc.plan.offsets import offset_forms, search_by_offsets
+from maskc.plan.factors import factored_forms, search_by_factors
 from maskc.plan.rows import plan_ranges
 from maskc.plan.tiling import (
     BlockTable,
@@ -399,8 +400,8 @@ _FAN_OUT = 4
 
 
 def _search_region(program, index: int, batch: _Batch, tiling: Tiling, fast: bool = True):
-    """Where region `index` may make pairs visible, as ranges of k tiles per (instance, q tile); a grid rule of
-    coordinate differences in closed form (plan/offsets.py) unless `fast` is off.
+    """Where region `index` may make pairs visible, as ranges of k tiles per (instance, q tile); a rule that
+    factors over the tiles' axes in closed form (plan/factors.py) unless `fast` is off.
 
     Returns the instances and arrays over ranges: seq, qt, k0, k1 (inclusive), status (Status.TRUE on the
     whole range, Status.UNKNOWN on a single tile), exact (for UNKNOWN: the answer is exact), inst.
@@ -410,9 +411,9 @@ def _search_region(program, index: int, batch: _Batch, tiling: Tiling, fast: boo
     empty = {k: np.zeros(0, np.int64) for k in _RANGE_FIELDS}
     if len(inst["seq"]) == 0 or region.pred == ir.FALSE:
         return inst, empty
-    form = offset_forms(program, tiling)[index] if fast else None
-    pairs = search_by_offsets(form, region, batch, inst) if form is not None else None
-    if pairs is not None:  # a grid rule of coordinate differences: exact kinds in closed form (plan/offsets.py)
+    form = factored_forms(program, tiling)[index] if fast else None
+    pairs = search_by_factors(form, batch, inst) if form is not None else None
+    if pairs is not None:  # a rule that factors over the tiles' axes: exact kinds in closed form (plan/factors.py)
         return inst, dict(seq=inst["seq"].take(pairs["inst"]), qt=pairs["qt"], k0=pairs["kt"], k1=pairs["kt"],
                           status=np.where(pairs["full"], Status.TRUE, Status.UNKNOWN),
                           exact=~pairs["full"], inst=pairs["inst"])
@@ -597,7 +598,7 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
          config: TileConfig = TileConfig(), refine_budget: int = DEFAULT_REFINE_BUDGET,
          tiling: Tiling | None = None, fast: bool = True) -> Descriptor:
     """The descriptor for these sequences. Masks made of row intervals take the fast path (`plan/rows.py`,
-    exact without a refinement budget), grid rules of coordinate differences theirs (`plan/offsets.py`, exact too);
+    exact without a refinement budget), rules that factor over the tiles' axes theirs (`plan/factors.py`, exact too);
     `fast=False` forces the general search everywhere (the tests compare them)."""
     start = time.perf_counter()
     tiling = tiling or _tiling(program, config)

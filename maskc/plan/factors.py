@@ -1,0 +1,332 @@
+"""The planner's fast path for rules that factor over the axes of a tile: `search_by_factors`.
+
+A tile is a box: a range of rows times a range of columns (times a range of frames) of a grid, or a range of a run
+of tokens, its one axis. Many neighbourhood rules are a conjunction of *factors*, each reading its own axes:
+NATTEN's window `(rows of k near q's row, clamped) and (columns of k near q's column, clamped)`, a video's
+`abs(q.t - k.t) <= rt and abs(q.y - k.y) <= ry and ...`, CLEAR's disc `(q.y - k.y)^2 + (q.x - k.x)^2 <= r^2` (one
+factor over two axes), a dilated window `0 <= q - k < w and (q - k) % d == 0` on a run. The pairs of two boxes are
+a product over the axes, so their visible pairs are the product over the factors of each factor's visible part:
+a pair of tiles is EMPTY where some factor sees nothing of it, FULL where every factor sees all of it.
+
+Each factor is evaluated once per group of sequences with the same parameter values, into a table with running
+sums (a summed-area table), and read per pair of tiles with a few lookups:
+- a factor over one axis of a grid: over the absolute coordinates (q.c, k.c), and the pair's rectangle of them;
+- a factor that reads its coordinates only as differences (`q.c - k.c`, or `q.c` compared with `k.c`, with the
+  same c; for a run, its positions `q - k`): over the differences d = q.c - k.c, and the pair's *window* of them
+  (a q range [a, a + m) against a k range [b, b + l) makes every difference in [a - b - l + 1, a - b + m - 1], and
+  every combination over the axes is some pair). Such a factor may read several axes (the disc).
+Only the k tiles each factor can see from a q tile are looked at. The general search (`planner.py`) reaches the
+same kinds by interval arithmetic over boxes of tiles, in rounds of halving with hundreds of numpy calls each
+(4-40 ms for a 32K-token image on the dev VM). This path is exact, so its tiles need no refinement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from maskc import ir
+from maskc.ir.evaluate import Env, evaluate
+from maskc.memo import per_object
+from maskc.plan.arrays import expand
+from maskc.plan.layout import scalar_column
+from maskc.plan.tiling import Tiling
+
+# Token attributes as axes of a tile, (t, y, x): a grid's coordinates; a run's positions, along its one axis.
+_GRID_AXES = {"t": 0, "y": 1, "x": 2}
+_RUN_AXES = {"index": 2, "pos": 2}
+_UNREAD = (ir.Member, ir.FamilyIndex, ir.Index, ir.ArrayLen, ir.ArraySum, ir.Ancestor, ir.SegmentBound)
+# Past these the general search takes over, whose memory follows the tiles it visits: a factor's table (cells,
+# over all groups of parameter values: ~4 n for a grid of n tokens, 2 n for a run, a few int64 temporaries each)
+# or the tile pairs looked at (a half-plane rule on a grid of a million tokens).
+MAX_CELLS = 1 << 21
+MAX_PAIRS = 1 << 22
+
+
+@dataclass(frozen=True)
+class Factor:
+    """Conjuncts of a rule that read the axes `axes` (of (t, y, x)) and no other."""
+
+    expr: ir.Expr
+    axes: tuple[int, ...]
+    differences: bool  # reads them only as differences: evaluated over q.c - k.c, else over (q.c, k.c) (one axis)
+
+
+@dataclass(frozen=True)
+class FactoredForm:
+    """A region whose q side and k side are each one segment tiled on its own (a grid, or a run of one segment),
+    and whose rule is a conjunction of factors."""
+
+    factors: tuple[Factor, ...]
+    axes: tuple[tuple[str, int], ...]  # token attribute -> axis, for this region's blocks
+    params: tuple[str, ...]  # the parameters the rule reads (n among them)
+
+
+@per_object
+def factored_forms(program: ir.Program, tiling: Tiling) -> tuple[FactoredForm | None, ...]:
+    """Each region in this path's form, or None where the path does not apply (found once per program)."""
+    return tuple(_factored_form(program, region, tiling) for region in program.regions)
+
+
+def _conjuncts(e: ir.Expr) -> list[ir.Expr]:
+    if isinstance(e, ir.Logic) and e.op == "and":
+        return [c for arg in e.args for c in _conjuncts(arg)]
+    return [e]
+
+
+def _factored_form(program: ir.Program, region: ir.Region, tiling: Tiling) -> FactoredForm | None:
+    kinds = set()
+    for side in (region.q, region.k):
+        if len(side.segments) != 1:
+            return None
+        s = program.segment_index(side.segments[0])
+        block = next((b for b in tiling.blocks if b.first == s == b.last), None)
+        if block is None or program.segments[s].kind == "family":
+            return None
+        kinds.add(block.grid)
+    if len(kinds) != 1:
+        return None
+    grid = kinds.pop()
+    axis_of = _GRID_AXES if grid else _RUN_AXES
+    conjuncts, axes = [], []
+    for c in _conjuncts(region.pred):
+        nodes = list(ir.walk(c))
+        if any(isinstance(n, _UNREAD) or (isinstance(n, ir.Token) and n.attr not in axis_of) for n in nodes):
+            return None
+        conjuncts.append(c)
+        axes.append({axis_of[n.attr] for n in nodes if isinstance(n, ir.Token)})
+    # Conjuncts that share an axis are one factor; those that read no token go with the first factor.
+    groups: list[tuple[set[int], list[ir.Expr]]] = []
+    for c, read in zip(conjuncts, axes):
+        if not read:
+            continue
+        joined = [g for g in groups if g[0] & read]
+        merged = (set(read).union(*(g[0] for g in joined)), [e for g in joined for e in g[1]] + [c])
+        groups = [g for g in groups if not g[0] & read] + [merged]
+    if not groups:
+        return None  # (no token read: the search decides a whole block at once)
+    groups[0][1].extend(c for c, read in zip(conjuncts, axes) if not read)
+    factors = []
+    for read, exprs in groups:
+        expr = exprs[0] if len(exprs) == 1 else ir.Logic("and", tuple(exprs))
+        differences = _differences_only(expr, axis_of)
+        if not differences and (len(read) > 1 or not grid):  # (a run's absolute table would be n x n)
+            return None
+        factors.append(Factor(expr, tuple(sorted(read)), differences))
+    return FactoredForm(tuple(factors), tuple(axis_of.items()), tuple(sorted(ir.params_used(region.pred))))
+
+
+def _differences_only(e: ir.Expr, axis_of: dict[str, int]) -> bool:
+    """Whether `e` reads the tokens only through `q.a - k.a`, `k.a - q.a` or a comparison of q.a with k.a (the
+    same attribute a): then, evaluated with q.a = d and k.a = 0, it gives its value at every pair whose
+    differences are d."""
+    if isinstance(e, (ir.Binary, ir.Compare)) and (isinstance(e, ir.Compare) or e.op == "-"):
+        a, b = e.lhs, e.rhs
+        if isinstance(a, ir.Token) and isinstance(b, ir.Token) and a.attr == b.attr and {a.side, b.side} == {"q", "k"}:
+            return True
+    if isinstance(e, ir.Token):
+        return False
+    return all(_differences_only(child, axis_of) for child in ir.children(e))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Tables of a factor, per group of parameter values
+# ---------------------------------------------------------------------------------------------------
+
+
+def _running_sums(visible: np.ndarray) -> np.ndarray:
+    """int64 running sums over every axis but the first (the group), with a zero border: sums[g, i, j, ...] =
+    visible[g, :i, :j, ...].sum()."""
+    sums = np.zeros((visible.shape[0], *(s + 1 for s in visible.shape[1:])), dtype=np.int64)
+    inner = visible.astype(np.int64)
+    for axis in range(1, visible.ndim):
+        inner = inner.cumsum(axis=axis)
+    sums[(slice(None), *(slice(1, None) for _ in visible.shape[1:]))] = inner
+    return sums
+
+
+def _box_count(sums: np.ndarray, group: np.ndarray, lo: list[np.ndarray], hi: list[np.ndarray]) -> np.ndarray:
+    """How many cells of each group's table lie in the boxes [lo, hi] (inclusive, per axis, in the table's
+    cells; 0 where a box is empty), by inclusion and exclusion over the box's corners."""
+    empty = np.zeros(len(group), dtype=bool)
+    for a in range(len(lo)):
+        empty |= lo[a] > hi[a]
+    ends = [(np.where(empty, 0, lo[a]), np.where(empty, 0, hi[a] + 1)) for a in range(len(lo))]
+    total = np.zeros(len(group), dtype=np.int64)
+    for corner in range(1 << len(lo)):
+        index = tuple(ends[a][corner >> a & 1 ^ 1] for a in range(len(lo)))
+        if bin(corner).count("1") % 2:
+            total -= sums[(group, *index)]
+        else:
+            total += sums[(group, *index)]
+    return total
+
+
+class _DifferenceTable:
+    """A factor over differences: its table over the differences of its axes, and the range of differences where
+    each group sees anything ([s_lo, s_hi] per axis; s_lo > s_hi where it sees nothing)."""
+
+    def __init__(self, factor: Factor, axis_of: dict[str, int], params: dict[str, np.ndarray], lo, hi):
+        self.axes = factor.axes
+        shape = [len(next(iter(params.values()))) if params else 1]
+        tokens = {}
+        for attr, a in axis_of.items():
+            if a in self.axes:
+                d = np.arange(lo[a], hi[a] + 1, dtype=np.int64)
+                tokens[("q", attr)] = d.reshape([1] + [-1 if b == a else 1 for b in self.axes])
+                tokens[("k", attr)] = 0
+        shape += [int(hi[a] - lo[a] + 1) for a in self.axes]
+        value = evaluate(factor.expr, Env(params={n: v.reshape([-1] + [1] * len(self.axes)) for n, v in params.items()},
+                                          tokens=tokens))
+        visible = np.broadcast_to(np.asarray(value, dtype=bool), tuple(shape))
+        groups = shape[0]
+        self.s_lo, self.s_hi = np.zeros((groups, 3), np.int64), np.zeros((groups, 3), np.int64)
+        for i, a in enumerate(self.axes):
+            seen = visible.any(axis=tuple(j + 1 for j in range(len(self.axes)) if j != i))  # [groups, cells along a]
+            self.s_lo[:, a] = np.where(seen.any(axis=1), seen.argmax(axis=1), seen.shape[1]) + lo[a]
+            self.s_hi[:, a] = seen.shape[1] - 1 - seen[:, ::-1].argmax(axis=1) + lo[a]
+        sees = (self.s_lo[:, list(self.axes)] <= self.s_hi[:, list(self.axes)]).all(axis=1)
+        # Only the part of the table where some group sees anything is summed.
+        self.u_lo = self.s_lo[sees].min(axis=0) if sees.any() else lo.copy()
+        self.u_hi = self.s_hi[sees].max(axis=0) if sees.any() else lo - 1
+        cut = tuple(slice(int(self.u_lo[a] - lo[a]), max(int(self.u_hi[a] - lo[a] + 1), 0)) for a in self.axes)
+        self.sums = _running_sums(visible[(slice(None), *cut)])
+
+    def k_range(self, group, q_lo, q_hi):
+        """Per axis of the factor, the k coordinates some q coordinate in [q_lo, q_hi] may see."""
+        return {a: (q_lo[:, a] - self.s_hi[group, a], q_hi[:, a] - self.s_lo[group, a]) for a in self.axes}
+
+    def count(self, group, q_lo, q_hi, k_lo, k_hi):
+        """(visible differences in each pair's window, the window's size)."""
+        w_lo = {a: q_lo[:, a] - k_hi[:, a] for a in self.axes}
+        w_hi = {a: q_hi[:, a] - k_lo[:, a] for a in self.axes}
+        size = np.prod([w_hi[a] - w_lo[a] + 1 for a in self.axes], axis=0)
+        count = _box_count(self.sums, group, [np.maximum(w_lo[a], self.u_lo[a]) - self.u_lo[a] for a in self.axes],
+                           [np.minimum(w_hi[a], self.u_hi[a]) - self.u_lo[a] for a in self.axes])
+        return count, size
+
+
+class _AbsoluteTable:
+    """A factor over one axis c of a grid: its table over (q.c, k.c), and for each q tile along c the k
+    coordinates some of its rows see."""
+
+    def __init__(self, factor: Factor, axis_of: dict[str, int], params: dict[str, np.ndarray], q_len: int,
+                 k_len: int, q_step: int):
+        (self.axis,) = factor.axes
+        groups = len(next(iter(params.values()))) if params else 1
+        q = np.arange(q_len, dtype=np.int64).reshape(1, -1, 1)
+        k = np.arange(k_len, dtype=np.int64).reshape(1, 1, -1)
+        tokens = {(side, attr): (q if side == "q" else k) for attr, a in axis_of.items() if a == self.axis
+                  for side in "qk"}
+        value = evaluate(factor.expr, Env(params={n: v.reshape(-1, 1, 1) for n, v in params.items()}, tokens=tokens))
+        visible = np.broadcast_to(np.asarray(value, dtype=bool), (groups, q_len, k_len))
+        self.sums = _running_sums(visible)
+        # Per q tile along the axis (q_step rows each): the first and last k coordinate any of its rows sees.
+        tiles = -(-q_len // q_step)
+        rows = np.zeros((groups, tiles * q_step, k_len), dtype=bool)
+        rows[:, :q_len] = visible
+        seen = rows.reshape(groups, tiles, q_step, k_len).any(axis=2)  # [groups, tiles, k]
+        some = seen.any(axis=2)
+        self.first = np.where(some, seen.argmax(axis=2), k_len)
+        self.last = np.where(some, k_len - 1 - seen[:, :, ::-1].argmax(axis=2), -1)
+
+    def k_range(self, group, q_tile, q_lo, q_hi):
+        c = self.axis
+        return {c: (self.first[group, q_tile[:, c]], self.last[group, q_tile[:, c]])}
+
+    def count(self, group, q_lo, q_hi, k_lo, k_hi):
+        c = self.axis
+        size = (q_hi[:, c] - q_lo[:, c] + 1) * (k_hi[:, c] - k_lo[:, c] + 1)
+        return _box_count(self.sums, group, [q_lo[:, c], k_lo[:, c]], [q_hi[:, c], k_hi[:, c]]), size
+
+
+# ---------------------------------------------------------------------------------------------------
+# The tile pairs
+# ---------------------------------------------------------------------------------------------------
+
+
+def search_by_factors(form: FactoredForm, batch, inst: dict[str, np.ndarray]) -> dict | None:
+    """The tile pairs the region makes some pair of visible, for every instance (one per sequence: its segment
+    against its segment): arrays `inst`, `qt` (q tile, in its sequence), `kt` (k tile) and `full` (every pair of
+    the two tiles visible); or None past MAX_CELLS or MAX_PAIRS. Sequences with the same values of the
+    parameters the rule reads share one evaluation of it."""
+    bt = batch.blocks
+    qg, kg = inst["qg"], inst["kg"]
+    q_dims, k_dims = bt.dims[qg], bt.dims[kg]  # [I, 3]
+    q_shape, k_shape = bt.q_shape[qg[0]], bt.k_shape[kg[0]]  # (one block each side: one tile shape)
+    values = np.stack([batch.bounds[:, -1] if name == "n" else scalar_column(batch.values, name).astype(np.int64)
+                       for name in form.params] or [np.zeros(len(batch.bounds), np.int64)], axis=1)
+    values = values.take(inst["seq"], axis=0)
+    if (values == values[:1]).all():  # (the usual case, where np.unique costs ~0.1 ms)
+        keys, group = values[:1], np.zeros(len(values), dtype=np.int64)
+    else:
+        keys, group = np.unique(values, axis=0, return_inverse=True)
+        group = group.reshape(-1)
+    params = {name: keys[:, j] for j, name in enumerate(form.params)}
+    axis_of = dict(form.axes)
+
+    # Differences d = q.c - k.c lie in [-(k dim - 1), q dim - 1]: tables over the widest of the batch.
+    lo, hi = 1 - k_dims.max(axis=0), q_dims.max(axis=0) - 1
+    q_len, k_len = q_dims.max(axis=0), k_dims.max(axis=0)
+    tables = []
+    for f in form.factors:
+        cells = np.prod([float(hi[a] - lo[a] + 1) if f.differences else float(q_len[a] * k_len[a]) for a in f.axes])
+        if len(keys) * cells > MAX_CELLS:
+            return None
+        try:
+            tables.append(_DifferenceTable(f, axis_of, params, lo, hi) if f.differences else
+                          _AbsoluteTable(f, axis_of, params, int(q_len[f.axes[0]]), int(k_len[f.axes[0]]),
+                                         int(q_shape[f.axes[0]])))
+        except ZeroDivisionError:  # values the checks would refuse: the search reports or handles them
+            return None
+
+    # Every q tile of every instance: its box [q_lo, q_hi] per axis, and the k tiles worth a look per axis: those
+    # every factor may see, the others all.
+    q_tiles = -(-q_dims // q_shape)  # tiles per axis
+    k_tiles = -(-k_dims // k_shape)
+    which, local = expand(np.prod(q_tiles, axis=1))
+    g = group.take(which)
+    qt = _axes_of(local, q_tiles.take(which, axis=0))
+    q_lo = qt * q_shape
+    q_hi = np.minimum(q_lo + q_shape, q_dims.take(which, axis=0)) - 1
+    first = np.zeros_like(qt)
+    last = k_tiles.take(which, axis=0) - 1
+    for table in tables:
+        seen = table.k_range(g, q_lo, q_hi) if isinstance(table, _DifferenceTable) else table.k_range(g, qt, q_lo, q_hi)
+        for a, (k_first, k_last) in seen.items():
+            first[:, a] = np.maximum(first[:, a], np.maximum(k_first, 0) // k_shape[a])
+            last[:, a] = np.minimum(last[:, a], np.where(k_last < 0, -1, k_last // k_shape[a]))
+    span = np.maximum(last - first + 1, 0)
+    candidates = np.prod(span, axis=1)
+    if candidates.sum() > MAX_PAIRS:
+        return None
+    pair, offset = expand(candidates)
+    kt = first[pair] + _axes_of(offset, span[pair])
+    k_lo = kt * k_shape
+    k_hi = np.minimum(k_lo + k_shape, k_dims.take(which.take(pair), axis=0)) - 1
+    g, q_lo, q_hi = g.take(pair), q_lo.take(pair, axis=0), q_hi.take(pair, axis=0)
+    keep = np.ones(len(pair), dtype=bool)
+    full = np.ones(len(pair), dtype=bool)
+    for table in tables:
+        count, size = table.count(g, q_lo, q_hi, k_lo, k_hi)
+        keep &= count > 0
+        full &= count == size
+    i = which.take(pair).compress(keep)
+    return dict(inst=i,
+                qt=bt.first_q[qg].take(i) + _tile_id(qt.take(pair, axis=0).compress(keep, axis=0),
+                                                     q_tiles.take(i, axis=0)),
+                kt=bt.first_k[kg].take(i) + _tile_id(kt.compress(keep, axis=0), k_tiles.take(i, axis=0)),
+                full=full.compress(keep))
+
+
+def _axes_of(local: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """int64 [P, 3]: (t, y, x) of position `local` in a row-major [t, y, x] arrangement of counts per axis."""
+    x = local % counts[:, 2]
+    rest = local // counts[:, 2]
+    return np.stack([rest // counts[:, 1], rest % counts[:, 1], x], axis=1)
+
+
+def _tile_id(axes: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The tile number of (t, y, x) in a block with `counts` tiles per axis (tiling.py's frames, rows, columns)."""
+    return (axes[:, 0] * counts[:, 1] + axes[:, 1]) * counts[:, 2] + axes[:, 2]
