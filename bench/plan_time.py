@@ -3,6 +3,7 @@ from scratch (no cache), descriptor and kernel tables included. With --ahead, al
 ahead pays instead (`Attention.plan` in a worker, `attn(..., plan=plan)`): the checks that adopt a pickled plan.
 
     python bench/plan_time.py [--ahead] [--json out.json] [WORKLOAD ...]
+    python bench/plan_time.py --packed     # packed batches of many sequences; packed images and videos
 """
 
 from __future__ import annotations
@@ -106,6 +107,51 @@ def time_packed(name: str, sequences: int, repeats: int = 20) -> float:
     return 1e3 * statistics.median(times[2:])
 
 
+# Images and videos of random sizes packed into one batch (a diffusion transformer trained at many resolutions):
+# the grid's dimensions are runtime values of each sequence. The disc's radius differs per image.
+IMAGES = {
+    "images": """mask images(h: int, w: int, r: int = 8)
+segments:
+    I = grid(h, w)
+rules:
+    I -> I   where (q.y - k.y)^2 + (q.x - k.x)^2 <= r^2
+""",
+    "videos": """mask videos(t: int, h: int, w: int, r: int = 4)
+segments:
+    V = grid(t, h, w)
+rules:
+    V -> V   where abs(q.t - k.t) <= 1 and abs(q.y - k.y) <= r and abs(q.x - k.x) <= r and k.t <= q.t
+""",
+}
+
+
+def packed_grids(rng: np.random.Generator, name: str, count: int) -> tuple[np.ndarray, dict]:
+    """cu_seqlens and values of `count` images (or videos) of random sizes, about 32768 tokens in all."""
+    h, w = rng.integers(8, 64, count), rng.integers(8, 64, count)
+    t = rng.integers(2, 9, count) if name == "videos" else np.ones(count, np.int64)
+    scale = np.sqrt(32768 / (t * h * w).sum())
+    h, w = np.maximum((h * scale).astype(int), 1), np.maximum((w * scale).astype(int), 1)
+    cu = np.concatenate([[0], np.cumsum(t * h * w)])
+    if name == "videos":
+        return cu, {"t": t.tolist(), "h": h.tolist(), "w": w.tolist()}
+    return cu, {"h": h.tolist(), "w": w.tolist(), "r": rng.integers(2, 12, count).tolist()}
+
+
+def time_packed_grids(name: str, count: int, repeats: int = 10) -> float:
+    """Median ms of `attn.plan(cu_seqlens=...)` for packed images or videos of new sizes every time."""
+    import maskc
+
+    attn = maskc.loads(IMAGES[name], arch="sm_90a")
+    rng = np.random.default_rng(count)
+    times = []
+    for _ in range(repeats + 2):
+        cu, params = packed_grids(rng, name, count)
+        start = time.perf_counter()
+        attn.plan(cu_seqlens=cu, **params)
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times[2:])
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
@@ -120,6 +166,11 @@ def main():
         print(f"{'workload':12s}" + "".join(f"{f'{c} seqs':>11s}" for c in counts))
         for name in ("causal", "rm_shared"):
             print(f"{name:12s}" + "".join(f"{time_packed(name, c):11.3f}" for c in counts))
+        print("packed images (a disc of a radius per image) and videos, of random sizes, ~32768 tokens, median ms")
+        counts = (1, 4, 16, 64)
+        print(f"{'workload':12s}" + "".join(f"{f'{c} seqs':>11s}" for c in counts))
+        for name in IMAGES:
+            print(f"{name:12s}" + "".join(f"{time_packed_grids(name, c):11.3f}" for c in counts))
         return
     rows = [time_one(w) for w in args.workloads]
     print(f"host: {platform.processor() or platform.machine()}, python {platform.python_version()}, numpy {np.__version__}")
