@@ -528,6 +528,16 @@ def test_explain_statistics_of_the_defaults(run):
         stat(out, label)
 
 
+@pytest.mark.parametrize("name, planned_by", [
+    ("shared_prompt", "row intervals in closed form"),
+    ("natten2d", "every rule in closed form, by its factors"),
+    ("clear_text", "1 of 3 rules in closed form by their factors, the others searched"),
+    ("tree", "interval search"),
+])
+def test_explain_says_how_the_planner_found_the_tiles(run, name, planned_by):
+    assert stat(run("explain", example(name)).stdout, "planner").startswith(planned_by + ";")
+
+
 def test_explain_counts_the_tiles_of_the_family_named_by_arch(run):
     portable = run("explain", example("causal"), "--n", "4096").stdout
     hopper = run("explain", example("causal"), "--n", "4096", "--arch", "sm_90a").stdout

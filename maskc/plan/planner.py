@@ -83,6 +83,7 @@ class PlanStats:
     tiles_conservative: int = 0  # left PARTIAL because the refinement budget ran out
     seconds: float = 0.0
     fast_path: bool = False  # planned by the row-interval fast path (plan/rows.py), not the general search
+    regions_factored: int = 0  # regions the search planned in closed form by their factors (plan/factors.py)
 
     @property
     def tiles_visited(self) -> int:
@@ -404,20 +405,21 @@ def _search_region(program, index: int, batch: _Batch, tiling: Tiling, fast: boo
     """Where region `index` may make pairs visible, as ranges of k tiles per (instance, q tile); a rule that
     factors over the tiles' axes in closed form (plan/factors.py) unless `fast` is off.
 
-    Returns the instances and arrays over ranges: seq, qt, k0, k1 (inclusive), status (Status.TRUE on the
-    whole range, Status.UNKNOWN on a single tile), exact (for UNKNOWN: the answer is exact), inst.
+    Returns the instances, arrays over ranges: seq, qt, k0, k1 (inclusive), status (Status.TRUE on the
+    whole range, Status.UNKNOWN on a single tile), exact (for UNKNOWN: the answer is exact), inst; and whether
+    the region was planned in closed form.
     """
     region = program.regions[index]
     inst = _instances(program, region, batch, tiling)
     empty = {k: np.zeros(0, np.int64) for k in _RANGE_FIELDS}
     if len(inst["seq"]) == 0 or region.pred == ir.FALSE:
-        return inst, empty
+        return inst, empty, False
     form = factored_forms(program, tiling)[index] if fast else None
     pairs = search_by_factors(form, batch, inst) if form is not None else None
     if pairs is not None:  # a rule that factors over the tiles' axes: exact kinds in closed form (plan/factors.py)
         return inst, dict(seq=inst["seq"].take(pairs["inst"]), qt=pairs["qt"], k0=pairs["kt"], k1=pairs["kt"],
                           status=np.where(pairs["full"], Status.TRUE, Status.UNKNOWN),
-                          exact=~pairs["full"], inst=pairs["inst"])
+                          exact=~pairs["full"], inst=pairs["inst"]), True
     leaves = _Leaves(program, region, batch)
 
     # One box per (instance, q tile), covering every k tile of the instance's k span. Its query side
@@ -449,7 +451,7 @@ def _search_region(program, index: int, batch: _Batch, tiling: Tiling, fast: boo
         box_inst, box_qt, origin = box_inst[idx][which], box_qt[idx][which], origin[idx][which]
 
     if not found:
-        return inst, empty
+        return inst, empty, False
     r_inst, qt, k0, k1, status = (np.concatenate(parts) for parts in zip(*found))
     # UNKNOWN tiles: ask again, tracking whether the answer is exact.
     exact = np.zeros(len(k0), dtype=bool)
@@ -459,7 +461,7 @@ def _search_region(program, index: int, batch: _Batch, tiling: Tiling, fast: boo
         q_exact = leaves.side("q", inst, u, qt[unknown], qt[unknown], track=True)
         res = leaves.build(inst, u, q_exact, k0[unknown], k0[unknown], track=True).bool(pred)
         exact[unknown] = np.broadcast_to(res.exact & res.can_true & res.can_false, u.shape)
-    return inst, dict(seq=inst["seq"][r_inst], qt=qt, k0=k0, k1=k1, status=status, exact=exact, inst=r_inst)
+    return inst, dict(seq=inst["seq"][r_inst], qt=qt, k0=k0, k1=k1, status=status, exact=exact, inst=r_inst), False
 
 
 def _witness_slots(tokens: np.ndarray, other: np.ndarray) -> list[np.ndarray]:
@@ -643,7 +645,8 @@ def _search(program: ir.Program, batch: _Batch, tiling: Tiling, config: TileConf
     # each tile, the common case) are decided range by range; the others are merged tile by tile.
     parts = []
     for index, region in enumerate(program.regions):
-        inst, r = _search_region(program, index, batch, tiling, fast)
+        inst, r, factored = _search_region(program, index, batch, tiling, fast)
+        stats.regions_factored += factored
         src, lo, hi, covered = _covered_pieces(r, inst, batch, tiling)
         i = r["inst"][src]
         status = r["status"][src]
@@ -800,7 +803,7 @@ def visited_tiles_floor(program: ir.Program, layouts: list[ConcreteLayout], valu
     batch = _Batch.of(layouts, values, tiling)
     proven = np.zeros((len(program.regions), len(layouts)), dtype=np.int64)  # visible pairs, per region and sequence
     for index, region in enumerate(program.regions):
-        inst, r = _search_region(program, index, batch, tiling)
+        inst, r, _ = _search_region(program, index, batch, tiling)
         true = np.nonzero(r["status"] == Status.TRUE)[0]
         i = r["inst"][true]
         q = _tokens_in(batch.blocks, tiling, "q", inst["qg"][i], r["qt"][true], r["qt"][true], inst["qa"][i], inst["qb"][i])

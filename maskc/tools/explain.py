@@ -285,6 +285,7 @@ class TileReport:
     partial_in_fact_empty: int
     tiles_refined: int
     tiles_conservative: int
+    planned_by: str  # how the planner found the tiles: in closed form, or by its search
     descriptor_bytes: int
     plan_seconds: float
     tiles_counted: int  # visited tiles whose pairs were counted: all of them, or a sample (then the counts are estimates)
@@ -330,13 +331,23 @@ class TileReport:
             f"{self.tiles_partial:,} partial ({share(self.tiles_partial, self.tiles_total)})",
             f"  tile density       {about}{self.tile_density:.4f} (visible pairs / the {about}{self.visited_pairs:,} pairs "
             f"of the {visited:,} visited tiles)",
-            f"  planner            {self.tiles_refined:,} tiles refined by exact evaluation, "
+            f"  planner            {self.planned_by}; {self.tiles_refined:,} tiles refined by exact evaluation, "
             f"{self.tiles_conservative:,} left partial past the refinement budget",
             f"  partial tiles      {about}{self.partial_in_fact_full:,} are in fact full, {about}"
             f"{self.partial_in_fact_empty:,} in fact empty (work a sharper planner would save)",
             f"  descriptor         {self.descriptor_bytes:,} bytes, planned in {1e3 * self.plan_seconds:.2f} ms",
         ]
         return out
+
+
+def _planned_by(stats, regions: int) -> str:
+    if stats.fast_path:
+        return "row intervals in closed form"
+    if stats.regions_factored == regions:
+        return "every rule in closed form, by its factors"
+    if stats.regions_factored:
+        return f"{stats.regions_factored} of {regions} rules in closed form by their factors, the others searched"
+    return "interval search"
 
 
 def tile_report(compiled: CompiledMask, desc: Descriptor, layouts: list[ConcreteLayout],
@@ -359,6 +370,7 @@ def tile_report(compiled: CompiledMask, desc: Descriptor, layouts: list[Concrete
         partial_in_fact_empty=tiles.total(partial & (counts == 0)),
         tiles_refined=stats.tiles_refined,
         tiles_conservative=stats.tiles_conservative,
+        planned_by=_planned_by(stats, len(compiled.program.regions)),
         descriptor_bytes=desc.nbytes,
         plan_seconds=stats.seconds,
         tiles_counted=len(tiles),
