@@ -108,7 +108,8 @@ def time_packed(name: str, sequences: int, repeats: int = 20) -> float:
 
 
 # Images and videos of random sizes packed into one batch (a diffusion transformer trained at many resolutions):
-# the grid's dimensions are runtime values of each sequence. The disc's radius differs per image.
+# the grid's dimensions are runtime values of each sequence. The disc's radius differs per image; NATTEN's window
+# reads the dimensions (its clamp), so each image has values of its own.
 IMAGES = {
     "images": """mask images(h: int, w: int, r: int = 8)
 segments:
@@ -116,6 +117,8 @@ segments:
 rules:
     I -> I   where (q.y - k.y)^2 + (q.x - k.x)^2 <= r^2
 """,
+    "natten": (EXAMPLES / "natten2d.mask").read_text().replace("const h: int = 128, const w: int = 256",
+                                                               "h: int, w: int"),
     "videos": """mask videos(t: int, h: int, w: int, r: int = 4)
 segments:
     V = grid(t, h, w)
@@ -130,10 +133,13 @@ def packed_grids(rng: np.random.Generator, name: str, count: int) -> tuple[np.nd
     h, w = rng.integers(8, 64, count), rng.integers(8, 64, count)
     t = rng.integers(2, 9, count) if name == "videos" else np.ones(count, np.int64)
     scale = np.sqrt(32768 / (t * h * w).sum())
-    h, w = np.maximum((h * scale).astype(int), 1), np.maximum((w * scale).astype(int), 1)
+    smallest = 14 if name == "natten" else 1  # (NATTEN's 13 x 13 window needs 13 rows and columns)
+    h, w = np.maximum((h * scale).astype(int), smallest), np.maximum((w * scale).astype(int), smallest)
     cu = np.concatenate([[0], np.cumsum(t * h * w)])
     if name == "videos":
         return cu, {"t": t.tolist(), "h": h.tolist(), "w": w.tolist()}
+    if name == "natten":
+        return cu, {"h": h.tolist(), "w": w.tolist()}
     return cu, {"h": h.tolist(), "w": w.tolist(), "r": rng.integers(2, 12, count).tolist()}
 
 

@@ -37,11 +37,13 @@ from maskc.plan.tiling import Tiling
 _GRID_AXES = {"t": 0, "y": 1, "x": 2}
 _RUN_AXES = {"index": 2, "pos": 2}
 _UNREAD = (ir.Member, ir.FamilyIndex, ir.Index, ir.ArrayLen, ir.ArraySum, ir.Ancestor, ir.SegmentBound)
-# Past these the general search takes over, whose memory follows the tiles it visits: a factor's table (cells,
-# over all groups of parameter values: ~4 n for a grid of n tokens, 2 n for a run, a few int64 temporaries each)
-# or the tile pairs looked at (a half-plane rule on a grid of a million tokens).
-MAX_CELLS = 1 << 21
-MAX_PAIRS = 1 << 22
+# Past these the general search takes over: its cost follows the tiles it visits, this path's the cells of its
+# tables (~4 n for a grid of n tokens, 8 n for a video, 2 n for a run, each a few numpy operations of the rule;
+# times the groups of parameter values). Measured on the dev VM, a dilated window on a run: at 2^16 cells (32768
+# tokens) 2.6 ms against the search's 15.6, at 2^21 cells 115 against 65; the limit sits between. The tile pairs
+# looked at are capped too (a dozen int64 temporaries of 3 columns each).
+MAX_CELLS = 1 << 19
+MAX_PAIRS = 1 << 19
 
 
 @dataclass(frozen=True)
