@@ -269,7 +269,7 @@ def test_the_factored_path_takes_rules_that_factor_over_the_axes():
 
 
 def grid_mask(rule: str, dims: str = "h, w") -> str:
-    return f"mask m(h: int = 8, w: int = 12, t: int = 2, r: int = 3)\nsegments:\n    G = grid({dims})\n" \
+    return f"mask m(h: int = 8, w: int = 12, t: int = 2, r: int = 3, on: bool = true)\nsegments:\n    G = grid({dims})\n" \
            f"rules:\n    G -> G   where {rule}\n"
 
 
@@ -315,7 +315,8 @@ def check_factored_path(compiled, values, layouts, config, note=""):
 FACTORS = ["abs(q.y - k.y) <= r", "abs(q.x - k.x) <= r + 1", "(q.y - k.y)^2 + (q.x - k.x)^2 <= r^2", "k.x <= q.x",
            "q.y != k.y", "(q.x - k.x) % 3 == 0", "q.y - k.y >= -r", "k.y < q.y or (k.y == q.y and k.x <= q.x)",
            "abs(q.t - k.t) <= 1", "q.t - k.t == 0 or k.x == q.x", "k.y // 3 == q.y // 3", "q.x <= r or k.x >= q.x",
-           "0 <= k.x - clamp(q.x - r, 0, w - 2 * r - 1) < 2 * r + 1", "(q.y + k.y) % 2 == 0", "k.t <= q.t", "r >= 1"]
+           "0 <= k.x - clamp(q.x - r, 0, w - 2 * r - 1) < 2 * r + 1", "(q.y + k.y) % 2 == 0", "k.t <= q.t", "r >= 1",
+           "on or q.y != k.y", "not on"]
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -329,7 +330,8 @@ def test_the_factored_path_equals_the_general_search_on_random_rules(data, confi
     rule = joiner.join(f"({t})" for t in terms)
     compiled = compile_text(grid_mask(rule, "t, h, w" if three else "h, w"), KernelOptions())
     sizes = st.integers(1, 19)
-    sequence = st.fixed_dictionaries({"h": sizes, "w": sizes, "t": st.integers(1, 3), "r": st.integers(-1, 6)})
+    sequence = st.fixed_dictionaries({"h": sizes, "w": sizes, "t": st.integers(1, 3), "r": st.integers(-1, 6),
+                                      "on": st.booleans()})
     sequences = data.draw(st.lists(sequence, min_size=1, max_size=3), label="sequences")
     for given_values in sequences:
         given_values["n"] = given_values["h"] * given_values["w"] * (given_values["t"] if three else 1)

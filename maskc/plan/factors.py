@@ -63,6 +63,7 @@ class FactoredForm:
     factors: tuple[Factor, ...]
     axes: tuple[tuple[str, int], ...]  # token attribute -> axis, for this region's blocks
     params: tuple[str, ...]  # the parameters the rule reads (n among them)
+    bools: frozenset[str]  # those of them that are bools
 
 
 @per_object
@@ -116,7 +117,9 @@ def _factored_form(program: ir.Program, region: ir.Region, tiling: Tiling) -> Fa
         if not differences and (len(read) > 1 or not grid):  # (a run's absolute table would be n x n)
             return None
         factors.append(Factor(expr, tuple(sorted(read)), differences))
-    return FactoredForm(tuple(factors), tuple(axis_of.items()), tuple(sorted(ir.params_used(region.pred))))
+    params = tuple(sorted(ir.params_used(region.pred)))
+    bools = frozenset(p for p in params if p != "n" and program.param(p).type.elem == "bool")
+    return FactoredForm(tuple(factors), tuple(axis_of.items()), params, bools)
 
 
 def _differences_only(e: ir.Expr, axis_of: dict[str, int]) -> bool:
@@ -265,7 +268,7 @@ def search_by_factors(form: FactoredForm, batch, inst: dict[str, np.ndarray]) ->
     else:
         keys, group = np.unique(values, axis=0, return_inverse=True)
         group = group.reshape(-1)
-    params = {name: keys[:, j] for j, name in enumerate(form.params)}
+    params = {name: keys[:, j].astype(bool) if name in form.bools else keys[:, j] for j, name in enumerate(form.params)}
     axis_of = dict(form.axes)
 
     # Differences d = q.c - k.c lie in [-(k dim - 1), q dim - 1]: tables over the widest of the batch.
