@@ -538,6 +538,12 @@ def test_explain_says_how_the_planner_found_the_tiles(run, name, planned_by):
     assert stat(run("explain", example(name)).stdout, "planner").startswith(planned_by + ";")
 
 
+def test_explain_counts_no_ragged_tile_as_one_a_planner_could_make_full(run):
+    # clear_text's grid is 252 wide: its right edge's k tiles have empty slots, and a FULL tile may have none.
+    # Some of those see every real pair; the planner is exact, so none of its partial tiles could be full.
+    assert stat(run("explain", example("clear_text")).stdout, "partial tiles").startswith("0 are in fact full")
+
+
 def test_explain_counts_the_tiles_of_the_family_named_by_arch(run):
     portable = run("explain", example("causal"), "--n", "4096").stdout
     hopper = run("explain", example("causal"), "--n", "4096", "--arch", "sm_90a").stdout

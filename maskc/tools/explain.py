@@ -208,6 +208,7 @@ class VisitedTiles:
     ktile: np.ndarray  # int64
     full: np.ndarray  # bool: no mask code runs there
     area: np.ndarray  # int64: (q, k) pairs of real tokens in the tile
+    k_whole: np.ndarray  # bool: every slot of the k tile holds a token (else the tile cannot be FULL)
     weight: float = 1.0
 
     @staticmethod
@@ -222,9 +223,10 @@ class VisitedTiles:
         q_size = desc.sizes("q", desc.work_seq, desc.work_qtile)
         k_count = desc.blocks.tiles("k")
         k_size = desc.sizes("k", *expand(k_count))
-        area = q_size[work] * k_size[(np.cumsum(k_count) - k_count)[seq] + ktile]
+        k_tokens = k_size[(np.cumsum(k_count) - k_count)[seq] + ktile]
         weight = len(desc.k_tile) / len(entries) if len(entries) else 1.0
-        return VisitedTiles(seq, qtile, ktile, desc.kind[entries] == TileKind.FULL, area, weight)
+        return VisitedTiles(seq, qtile, ktile, desc.kind[entries] == TileKind.FULL, q_size[work] * k_tokens,
+                            k_tokens == desc.config.block_k, weight)
 
     @property
     def sampled(self) -> bool:
@@ -281,7 +283,7 @@ class TileReport:
     tiles_total: int
     tiles_full: int
     tiles_partial: int
-    partial_in_fact_full: int
+    partial_in_fact_full: int  # every real pair visible and every slot of the k tile a token: could run as FULL
     partial_in_fact_empty: int
     tiles_refined: int
     tiles_conservative: int
@@ -366,7 +368,7 @@ def tile_report(compiled: CompiledMask, desc: Descriptor, layouts: list[Concrete
         tiles_total=stats.tiles_total,
         tiles_full=stats.tiles_full,
         tiles_partial=stats.tiles_partial,
-        partial_in_fact_full=tiles.total(partial & (counts == tiles.area)),
+        partial_in_fact_full=tiles.total(partial & (counts == tiles.area) & tiles.k_whole),
         partial_in_fact_empty=tiles.total(partial & (counts == 0)),
         tiles_refined=stats.tiles_refined,
         tiles_conservative=stats.tiles_conservative,
