@@ -264,8 +264,8 @@ def test_the_factored_path_takes_rules_that_factor_over_the_axes():
     taken = {name: factored(example(name)[0]) for name in sorted(SMALL)}
     assert {name: flags for name, flags in taken.items() if any(flags)} == {
         "causal": [True], "sliding_window": [True],  # (the row-interval fast path plans these first)
-        "clear": [True], "clear_text": [False, False, True], "dilated_window": [True], "natten2d": [True],
-        "video3d": [True]}
+        "block_sparse": [True], "chunked_causal": [True], "clear": [True], "clear_text": [False, False, True],
+        "dilated_window": [True], "natten2d": [True], "video3d": [True]}
 
 
 def grid_mask(rule: str, dims: str = "h, w") -> str:
@@ -293,7 +293,9 @@ def test_rules_that_factor_over_the_axes(rule, taken):
 @pytest.mark.parametrize("rule, taken", [
     ("0 <= q - k < 9 and (q - k) % 3 == 0", True),
     ("abs(q.pos - k.pos) <= 5", True),
-    ("q // 64 == k // 64", False),  # absolute positions on a run: its table would be n x n
+    ("q // 64 == k // 64", True),  # the same over whole tiles where 64 is a multiple of the tile size
+    ("q // w == k // w and k <= q", True),  # chunks, and causal inside them: two factors of one axis
+    ("q % 64 == k % 64", False),  # absolute positions on a run: its table would be n x n
     ("q - k.pos < 4", False),
 ])
 def test_rules_on_runs_factor_where_they_read_differences(rule, taken):
@@ -344,6 +346,38 @@ def test_the_factored_path_equals_the_general_search_on_runs(data, config):
                                    max_size=3), label="sequences")
     values, layouts = compiled.bind(sequences)
     check_fast_path(compiled, values, layouts, config, note=f"\n{rule}\nsequences {sequences}\nconfig {config}")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data(), config=st.sampled_from(CONFIGS))
+def test_the_factored_path_equals_the_general_search_on_block_rules(data, config):
+    """Rules of whole blocks of positions (block-sparse layouts, chunks), alone or with differences, on packed
+    sequences of random lengths; block sizes that are multiples of the tile sizes or not (then the search plans)."""
+    terms = data.draw(st.lists(st.sampled_from(["layout[q // 16][k // 16]", "q // c == k // c", "k <= q",
+                                                "q.pos // 32 != k // 32", "q - k < 40"]), min_size=1, max_size=3,
+                               unique=True), label="terms")
+    rule = " and ".join(f"({t})" for t in terms)
+    compiled = compile_text(f"mask m(c: int = 16, layout: [[bool]] = [[true]])\nsegments:\n    S = n\nrules:\n"
+                            f"    S -> S   where {rule}\n", KernelOptions())
+    blocks = st.integers(0, 6).flatmap(lambda b: st.lists(st.lists(st.booleans(), min_size=b, max_size=b),
+                                                            min_size=b, max_size=b))
+    sequence = st.fixed_dictionaries({"n": st.integers(0, 90), "c": st.sampled_from([8, 16, 24, 32, 64]),
+                                      "layout": blocks})
+    sequences = data.draw(st.lists(sequence, min_size=1, max_size=3), label="sequences")
+    values, layouts = compiled.bind(sequences)
+    check_fast_path(compiled, values, layouts, config, note=f"\n{rule}\nsequences {sequences}\nconfig {config}")
+
+
+@pytest.mark.parametrize("h, w", [(3, 5), (4, 4), (2, 8), (5, 7)])
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.block_q}x{c.block_k}")
+def test_block_rules_on_a_run_that_follows_a_grid(h, w, config):
+    """`q // 16` reads positions in the sequence: a run that begins after a grid of h x w tokens has whole tiles in
+    one block of 16 only where h x w is a multiple of 16 (else the search plans it)."""
+    compiled = compile_text("mask m(h: int = 3, w: int = 5)\nsegments:\n    G = grid(h, w)\n    S = n - h * w\n"
+                            "rules:\n    G -> G   where abs(q.x - k.x) <= 1\n"
+                            "    S -> S   where q // 16 == k // 16 and k <= q\n", KernelOptions())
+    values, layouts = compiled.bind([{"h": h, "w": w, "n": h * w + 70}, {"h": h, "w": w, "n": h * w + 33}])
+    check_fast_path(compiled, values, layouts, config)
 
 
 @pytest.mark.parametrize("where", [

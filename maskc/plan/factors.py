@@ -52,7 +52,11 @@ class Factor:
 
     expr: ir.Expr
     axes: tuple[int, ...]
-    differences: bool  # reads them only as differences: evaluated over q.c - k.c, else over (q.c, k.c) (one axis)
+    # "differences": reads them only as differences, evaluated over q.c - k.c; "absolute": over (q.c, k.c), one
+    # axis of a grid; "tiles": a run's positions only as `q // B` and `k // B`, B a multiple of the side's tile
+    # size, so the same over a whole tile: evaluated over (q tile, k tile) (block-sparse layouts, chunks).
+    kind: str
+    steps: tuple[tuple[str, str, ir.Expr], ...] = ()  # for "tiles": (side, attribute, B) of every `x // B`
 
 
 @dataclass(frozen=True)
@@ -92,8 +96,12 @@ def _factored_form(program: ir.Program, region: ir.Region, tiling: Tiling) -> Fa
         return None
     grid = kinds.pop()
     axis_of = _GRID_AXES if grid else _RUN_AXES
-    conjuncts, axes = [], []
+    conjuncts, axes, factors = [], [], []
     for c in _conjuncts(region.pred):
+        steps = None if grid else _tile_steps(c)
+        if steps:  # constant over every pair of tiles: a factor of its own, whatever else reads the axis
+            factors.append(Factor(c, (2,), "tiles", steps))
+            continue
         nodes = list(ir.walk(c))
         if any(isinstance(n, _UNREAD) or (isinstance(n, ir.Token) and n.attr not in axis_of) for n in nodes):
             return None
@@ -107,16 +115,19 @@ def _factored_form(program: ir.Program, region: ir.Region, tiling: Tiling) -> Fa
         joined = [g for g in groups if g[0] & read]
         merged = (set(read).union(*(g[0] for g in joined)), [e for g in joined for e in g[1]] + [c])
         groups = [g for g in groups if not g[0] & read] + [merged]
-    if not groups:
+    constant = [c for c, read in zip(conjuncts, axes) if not read]
+    if not groups and not factors:
         return None  # (no token read: the search decides a whole block at once)
-    groups[0][1].extend(c for c, read in zip(conjuncts, axes) if not read)
-    factors = []
+    if groups:
+        groups[0][1].extend(constant)
+    elif constant:
+        factors[0] = Factor(ir.Logic("and", (factors[0].expr, *constant)), factors[0].axes, "tiles", factors[0].steps)
     for read, exprs in groups:
         expr = exprs[0] if len(exprs) == 1 else ir.Logic("and", tuple(exprs))
         differences = _differences_only(expr, axis_of)
         if not differences and (len(read) > 1 or not grid):  # (a run's absolute table would be n x n)
             return None
-        factors.append(Factor(expr, tuple(sorted(read)), differences))
+        factors.append(Factor(expr, tuple(sorted(read)), "differences" if differences else "absolute"))
     params = tuple(sorted(ir.params_used(region.pred)))
     bools = frozenset(p for p in params if p != "n" and program.param(p).type.elem == "bool")
     return FactoredForm(tuple(factors), tuple(axis_of.items()), params, bools)
@@ -133,6 +144,24 @@ def _differences_only(e: ir.Expr, axis_of: dict[str, int]) -> bool:
     if isinstance(e, ir.Token):
         return False
     return all(_differences_only(child, axis_of) for child in ir.children(e))
+
+
+def _tile_steps(e: ir.Expr) -> tuple[tuple[str, str, ir.Expr], ...] | None:
+    """(side, attribute, B) of every `q // B` or `k // B` in `e` (a run's position, `q.pos` too, over a constant or a
+    parameter B) where it reads the tokens only so, and reads no member or segment bound; else None. Lists may be
+    read (a block-sparse layout `layout[q // 128][k // 128]`)."""
+    steps = []
+
+    def walk(node) -> bool:
+        if isinstance(node, ir.Binary) and node.op == "//" and isinstance(node.lhs, ir.Token) \
+                and node.lhs.attr in _RUN_AXES and isinstance(node.rhs, (ir.Const, ir.Param)):
+            steps.append((node.lhs.side, node.lhs.attr, node.rhs))
+            return True
+        if isinstance(node, (ir.Token, ir.Member, ir.FamilyIndex, ir.SegmentBound)):
+            return False
+        return all(walk(child) for child in ir.children(node))
+
+    return tuple(steps) if walk(e) and steps else None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -199,16 +228,18 @@ class _DifferenceTable:
         cut = tuple(slice(int(self.u_lo[a] - lo[a]), max(int(self.u_hi[a] - lo[a] + 1), 0)) for a in self.axes)
         self.sums = _running_sums(visible[(slice(None), *cut)])
 
-    def k_range(self, group, q_lo, q_hi):
+    def k_range(self, rows: "_Rows") -> dict:
         """Per axis of the factor, the k coordinates some q coordinate in [q_lo, q_hi] may see."""
-        return {a: (q_lo[:, a] - self.s_hi[group, a], q_hi[:, a] - self.s_lo[group, a]) for a in self.axes}
+        return {a: (rows.q_lo[:, a] - self.s_hi[rows.group, a], rows.q_hi[:, a] - self.s_lo[rows.group, a])
+                for a in self.axes}
 
-    def count(self, group, q_lo, q_hi, k_lo, k_hi):
+    def count(self, rows: "_Rows"):
         """(visible differences in each pair's window, the window's size)."""
-        w_lo = {a: q_lo[:, a] - k_hi[:, a] for a in self.axes}
-        w_hi = {a: q_hi[:, a] - k_lo[:, a] for a in self.axes}
+        w_lo = {a: rows.q_lo[:, a] - rows.k_hi[:, a] for a in self.axes}
+        w_hi = {a: rows.q_hi[:, a] - rows.k_lo[:, a] for a in self.axes}
         size = np.prod([w_hi[a] - w_lo[a] + 1 for a in self.axes], axis=0)
-        count = _box_count(self.sums, group, [np.maximum(w_lo[a], self.u_lo[a]) - self.u_lo[a] for a in self.axes],
+        count = _box_count(self.sums, rows.group,
+                           [np.maximum(w_lo[a], self.u_lo[a]) - self.u_lo[a] for a in self.axes],
                            [np.minimum(w_hi[a], self.u_hi[a]) - self.u_lo[a] for a in self.axes])
         return count, size
 
@@ -237,14 +268,62 @@ class _AbsoluteTable:
         self.first = np.where(some, seen.argmax(axis=2), k_len)
         self.last = np.where(some, k_len - 1 - seen[:, :, ::-1].argmax(axis=2), -1)
 
-    def k_range(self, group, q_tile, q_lo, q_hi):
+    def k_range(self, rows: "_Rows") -> dict:
         c = self.axis
-        return {c: (self.first[group, q_tile[:, c]], self.last[group, q_tile[:, c]])}
+        return {c: (self.first[rows.group, rows.qt[:, c]], self.last[rows.group, rows.qt[:, c]])}
 
-    def count(self, group, q_lo, q_hi, k_lo, k_hi):
+    def count(self, rows: "_Rows"):
         c = self.axis
-        size = (q_hi[:, c] - q_lo[:, c] + 1) * (k_hi[:, c] - k_lo[:, c] + 1)
-        return _box_count(self.sums, group, [q_lo[:, c], k_lo[:, c]], [q_hi[:, c], k_hi[:, c]]), size
+        size = (rows.q_hi[:, c] - rows.q_lo[:, c] + 1) * (rows.k_hi[:, c] - rows.k_lo[:, c] + 1)
+        return _box_count(self.sums, rows.group, [rows.q_lo[:, c], rows.k_lo[:, c]],
+                          [rows.q_hi[:, c], rows.k_hi[:, c]]), size
+
+
+class _TileTable:
+    """A factor that is the same over every pair of tiles (a run read only as `q // B`, `k // B`, B a multiple of
+    the tile size): its value per (q tile, k tile) of each instance, and per q tile the k tiles it sees."""
+
+    def __init__(self, factor: Factor, bt, batch, inst: dict[str, np.ndarray], params: dict[str, np.ndarray],
+                 group: np.ndarray, q_tiles: np.ndarray, k_tiles: np.ndarray, q_size: int, k_size: int):
+        starts = {"q": bt.start[inst["qg"]], "k": bt.start[inst["kg"]]}  # where each instance's block begins
+        for side, attr, step in factor.steps:
+            b = np.asarray(evaluate(step, Env(params=params)), dtype=np.int64).reshape(-1)[group] \
+                if isinstance(step, ir.Param) else np.full(len(group), step.value, dtype=np.int64)
+            size = q_size if side == "q" else k_size
+            # A tile lies in one step of B when B is a multiple of its size, and its positions (in the sequence,
+            # for `index`) start on a multiple of B.
+            if not ((b > 0) & (b % size == 0) & ((starts[side] % np.maximum(b, 1) == 0) | (attr == "pos"))).all():
+                raise _Declined
+        q_len, k_len = int(q_tiles.max()), int(k_tiles.max())
+        t = np.arange(q_len, dtype=np.int64).reshape(1, -1, 1) * q_size
+        u = np.arange(k_len, dtype=np.int64).reshape(1, 1, -1) * k_size
+        tokens = {("q", "pos"): t, ("q", "index"): starts["q"].reshape(-1, 1, 1) + t,
+                  ("k", "pos"): u, ("k", "index"): starts["k"].reshape(-1, 1, 1) + u}
+        values = {n: v[group].reshape(-1, 1, 1) for n, v in params.items()}
+        if ir.arrays_used(factor.expr):  # lists are each sequence's own: one instance at a time
+            visible = np.zeros((len(group), q_len, k_len), dtype=bool)
+            for i, b in enumerate(inst["seq"].tolist()):
+                env = Env(params={n: v[i] for n, v in values.items()}, arrays=batch.values[b].arrays,
+                          tokens={key: v[i if v.shape[0] > 1 else 0] for key, v in tokens.items()})
+                visible[i] = evaluate(factor.expr, env)
+        else:
+            visible = np.broadcast_to(np.asarray(evaluate(factor.expr, Env(params=values, tokens=tokens)), dtype=bool),
+                                      (len(group), q_len, k_len))
+        self.visible = visible
+        some = visible.any(axis=2)
+        self.first = np.where(some, visible.argmax(axis=2), k_len) * k_size
+        self.last = np.where(some, (k_len - visible[:, :, ::-1].argmax(axis=2)) * k_size - 1, -1)
+
+    def k_range(self, rows: "_Rows") -> dict:
+        return {2: (self.first[rows.inst, rows.qt[:, 2]], self.last[rows.inst, rows.qt[:, 2]])}
+
+    def count(self, rows: "_Rows"):
+        count = self.visible[rows.inst, rows.qt[:, 2], rows.kt[:, 2]].astype(np.int64)
+        return count, np.ones_like(count)  # (all the pair's pairs, or none)
+
+
+class _Declined(Exception):
+    """Values this path does not take: the search plans them."""
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -252,15 +331,32 @@ class _AbsoluteTable:
 # ---------------------------------------------------------------------------------------------------
 
 
+@dataclass
+class _Rows:
+    """The q tiles (or pairs of tiles) being looked at: per row its instance, its group of parameter values, its q
+    tile along each axis and that tile's box [q_lo, q_hi]; for pairs also the k tile and its box."""
+
+    inst: np.ndarray
+    group: np.ndarray
+    qt: np.ndarray  # int64 [P, 3]
+    q_lo: np.ndarray
+    q_hi: np.ndarray
+    kt: np.ndarray | None = None
+    k_lo: np.ndarray | None = None
+    k_hi: np.ndarray | None = None
+
+
 def search_by_factors(form: FactoredForm, batch, inst: dict[str, np.ndarray]) -> dict | None:
     """The tile pairs the region makes some pair of visible, for every instance (one per sequence: its segment
     against its segment): arrays `inst`, `qt` (q tile, in its sequence), `kt` (k tile) and `full` (every pair of
-    the two tiles visible); or None past MAX_CELLS or MAX_PAIRS. Sequences with the same values of the
-    parameters the rule reads share one evaluation of it."""
+    the two tiles visible); or None past MAX_CELLS or MAX_PAIRS, or for values the path declines. Sequences with
+    the same values of the parameters the rule reads share one evaluation of it."""
     bt = batch.blocks
     qg, kg = inst["qg"], inst["kg"]
     q_dims, k_dims = bt.dims[qg], bt.dims[kg]  # [I, 3]
     q_shape, k_shape = bt.q_shape[qg[0]], bt.k_shape[kg[0]]  # (one block each side: one tile shape)
+    q_tiles = -(-q_dims // q_shape)  # tiles per axis
+    k_tiles = -(-k_dims // k_shape)
     values = np.stack([batch.bounds[:, -1] if name == "n" else scalar_column(batch.values, name).astype(np.int64)
                        for name in form.params] or [np.zeros(len(batch.bounds), np.int64)], axis=1)
     values = values.take(inst["seq"], axis=0)
@@ -277,51 +373,67 @@ def search_by_factors(form: FactoredForm, batch, inst: dict[str, np.ndarray]) ->
     q_len, k_len = q_dims.max(axis=0), k_dims.max(axis=0)
     tables = []
     for f in form.factors:
-        cells = np.prod([float(hi[a] - lo[a] + 1) if f.differences else float(q_len[a] * k_len[a]) for a in f.axes])
-        if len(keys) * cells > MAX_CELLS:
+        if f.kind == "tiles":
+            cells = float(len(group) * q_tiles[:, 2].max() * k_tiles[:, 2].max())
+        else:
+            cells = len(keys) * np.prod([float(hi[a] - lo[a] + 1) if f.kind == "differences" else
+                                         float(q_len[a] * k_len[a]) for a in f.axes])
+        if cells > MAX_CELLS:
             return None
         try:
-            tables.append(_DifferenceTable(f, axis_of, params, lo, hi) if f.differences else
-                          _AbsoluteTable(f, axis_of, params, int(q_len[f.axes[0]]), int(k_len[f.axes[0]]),
-                                         int(q_shape[f.axes[0]])))
-        except ZeroDivisionError:  # values the checks would refuse: the search reports or handles them
+            if f.kind == "differences":
+                tables.append(_DifferenceTable(f, axis_of, params, lo, hi))
+            elif f.kind == "absolute":
+                a = f.axes[0]
+                tables.append(_AbsoluteTable(f, axis_of, params, int(q_len[a]), int(k_len[a]), int(q_shape[a])))
+            else:
+                tables.append(_TileTable(f, bt, batch, inst, params, group, q_tiles[:, 2], k_tiles[:, 2],
+                                         int(q_shape[2]), int(k_shape[2])))
+        except (ZeroDivisionError, _Declined):  # values the checks would refuse, or tiles across steps: the search
             return None
 
     # Every q tile of every instance: its box [q_lo, q_hi] per axis, and the k tiles worth a look per axis: those
     # every factor may see, the others all.
-    q_tiles = -(-q_dims // q_shape)  # tiles per axis
-    k_tiles = -(-k_dims // k_shape)
     which, local = expand(np.prod(q_tiles, axis=1))
-    g = group.take(which)
     qt = _axes_of(local, q_tiles.take(which, axis=0))
     q_lo = qt * q_shape
-    q_hi = np.minimum(q_lo + q_shape, q_dims.take(which, axis=0)) - 1
+    rows = _Rows(which, group.take(which), qt, q_lo, np.minimum(q_lo + q_shape, q_dims.take(which, axis=0)) - 1)
     first = np.zeros_like(qt)
     last = k_tiles.take(which, axis=0) - 1
     for table in tables:
-        seen = table.k_range(g, q_lo, q_hi) if isinstance(table, _DifferenceTable) else table.k_range(g, qt, q_lo, q_hi)
-        for a, (k_first, k_last) in seen.items():
+        for a, (k_first, k_last) in table.k_range(rows).items():
             first[:, a] = np.maximum(first[:, a], np.maximum(k_first, 0) // k_shape[a])
             last[:, a] = np.minimum(last[:, a], np.where(k_last < 0, -1, k_last // k_shape[a]))
-    span = np.maximum(last - first + 1, 0)
-    candidates = np.prod(span, axis=1)
-    if candidates.sum() > MAX_PAIRS:
-        return None
-    pair, offset = expand(candidates)
-    kt = first[pair] + _axes_of(offset, span[pair])
+    tile_tables = [table for table in tables if isinstance(table, _TileTable)]
+    if tile_tables:  # (a run) the k tiles the first tile table sees, where the other factors' ranges allow
+        i, t, u = np.nonzero(tile_tables[0].visible)
+        real = (t < q_tiles[i, 2]) & (u < k_tiles[i, 2])  # (the table is as wide as the longest sequence)
+        row, u = ((np.cumsum(q_tiles[:, 2]) - q_tiles[:, 2])[i] + t).compress(real), u.compress(real)
+        seen = (first[row, 2] <= u) & (u <= last[row, 2])
+        if np.count_nonzero(seen) > MAX_PAIRS:
+            return None
+        pair, u = row.compress(seen), u.compress(seen)
+        kt = np.zeros((len(pair), 3), dtype=np.int64)
+        kt[:, 2] = u
+    else:
+        span = np.maximum(last - first + 1, 0)
+        candidates = np.prod(span, axis=1)
+        if candidates.sum() > MAX_PAIRS:
+            return None
+        pair, offset = expand(candidates)
+        kt = first[pair] + _axes_of(offset, span[pair])
     k_lo = kt * k_shape
-    k_hi = np.minimum(k_lo + k_shape, k_dims.take(which.take(pair), axis=0)) - 1
-    g, q_lo, q_hi = g.take(pair), q_lo.take(pair, axis=0), q_hi.take(pair, axis=0)
+    pairs = _Rows(which.take(pair), rows.group.take(pair), qt.take(pair, axis=0), rows.q_lo.take(pair, axis=0),
+                  rows.q_hi.take(pair, axis=0), kt, k_lo, np.minimum(k_lo + k_shape, k_dims.take(which.take(pair), axis=0)) - 1)
     keep = np.ones(len(pair), dtype=bool)
     full = np.ones(len(pair), dtype=bool)
     for table in tables:
-        count, size = table.count(g, q_lo, q_hi, k_lo, k_hi)
+        count, size = table.count(pairs)
         keep &= count > 0
         full &= count == size
-    i = which.take(pair).compress(keep)
+    i = pairs.inst.compress(keep)
     return dict(inst=i,
-                qt=bt.first_q[qg].take(i) + _tile_id(qt.take(pair, axis=0).compress(keep, axis=0),
-                                                     q_tiles.take(i, axis=0)),
+                qt=bt.first_q[qg].take(i) + _tile_id(pairs.qt.compress(keep, axis=0), q_tiles.take(i, axis=0)),
                 kt=bt.first_k[kg].take(i) + _tile_id(kt.compress(keep, axis=0), k_tiles.take(i, axis=0)),
                 full=full.compress(keep))
 
