@@ -14,7 +14,10 @@ sums (a summed-area table), and read per pair of tiles with a few lookups:
 - a factor that reads its coordinates only as differences (`q.c - k.c`, or `q.c` compared with `k.c`, with the
   same c; for a run, its positions `q - k`): over the differences d = q.c - k.c, and the pair's *window* of them
   (a q range [a, a + m) against a k range [b, b + l) makes every difference in [a - b - l + 1, a - b + m - 1], and
-  every combination over the axes is some pair). Such a factor may read several axes (the disc).
+  every combination over the axes is some pair). Such a factor may read several axes (the disc);
+- a factor that reads a run's positions only as `q // B` and `k // B`, B a multiple of the tile sizes (a
+  block-sparse layout `layout[q // 128][k // 128]`, chunks `q // c == k // c`): the same over a whole pair of
+  tiles, so over (q tile, k tile), and a factor of its own even beside others on the same axis (`and k <= q`).
 Only the k tiles each factor can see from a q tile are looked at. The general search (`planner.py`) reaches the
 same kinds by interval arithmetic over boxes of tiles, in rounds of halving with hundreds of numpy calls each
 (4-40 ms for a 32K-token image on the dev VM). This path is exact, so its tiles need no refinement.
