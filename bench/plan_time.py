@@ -3,7 +3,7 @@ from scratch (no cache), descriptor and kernel tables included. With --ahead, al
 ahead pays instead (`Attention.plan` in a worker, `attn(..., plan=plan)`): the checks that adopt a pickled plan.
 
     python bench/plan_time.py [--ahead] [--json out.json] [WORKLOAD ...]
-    python bench/plan_time.py --packed     # packed batches of many sequences; packed images and videos
+    python bench/plan_time.py --packed     # packed batches; packed images and videos; block-sparse layouts
 """
 
 from __future__ import annotations
@@ -158,6 +158,23 @@ def time_packed_grids(name: str, count: int, repeats: int = 10) -> float:
     return 1e3 * statistics.median(times[2:])
 
 
+def time_block_layout(n: int, repeats: int = 7) -> float:
+    """Median ms of planning examples/block_sparse.mask at n tokens with a new random layout (10% of the 128 x 128
+    blocks, and the diagonal) every time: block-sparse attention whose blocks are chosen per step."""
+    import maskc
+
+    attn = maskc.load(EXAMPLES / "block_sparse.mask", arch="sm_90a")
+    rng = np.random.default_rng(n)
+    times = []
+    for _ in range(repeats + 2):
+        blocks = n // 128
+        layout = (rng.random((blocks, blocks)) < 0.1) | np.eye(blocks, dtype=bool)
+        start = time.perf_counter()
+        attn.plan(batch=1, n=n, layout=layout.tolist())
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times[2:])
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
@@ -177,6 +194,8 @@ def main():
         print(f"{'workload':12s}" + "".join(f"{f'{c} seqs':>11s}" for c in counts))
         for name in IMAGES:
             print(f"{name:12s}" + "".join(f"{time_packed_grids(name, c):11.3f}" for c in counts))
+        print("block_sparse, a new random layout (10% of the blocks) every time, median ms")
+        print("".join(f"{f'n = {n}':>12s}{time_block_layout(n):9.3f}" for n in (4096, 32768)))
         return
     rows = [time_one(w) for w in args.workloads]
     print(f"host: {platform.processor() or platform.machine()}, python {platform.python_version()}, numpy {np.__version__}")

@@ -298,11 +298,13 @@ def frozen_values(value) -> object:
     if isinstance(value, (list, tuple)):
         # Most lists are of ints (a length per document), or of such lists (a packed batch's per-sequence lists):
         # a tuple of them, not a tuple per value.
+        # Tables of bools (a block-sparse layout: 65,536 of them at 32K) too, in their own kind (True is not 1).
         types = set(map(type, value))  # (the types' set: 3x quicker than a test per value in Python)
-        if types <= {int}:
-            return ("ints", tuple(value))
-        if types <= {list, tuple} and set(map(type, itertools.chain.from_iterable(value))) <= {int}:
-            return ("lists of ints", tuple(map(tuple, value)))
+        for leaf in (int, bool):
+            if types <= {leaf}:
+                return (f"{leaf.__name__}s", tuple(value))
+            if types <= {list, tuple} and set(map(type, itertools.chain.from_iterable(value))) <= {leaf}:
+                return (f"lists of {leaf.__name__}s", tuple(map(tuple, value)))
         return ("list", tuple(frozen_values(v) for v in value))
     return (type(value).__name__, value)
 

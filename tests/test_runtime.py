@@ -454,7 +454,8 @@ def _canonical(value):
 
 
 _leaf = st.one_of(st.integers(0, 2), st.integers(0, 2).map(np.int64), st.booleans(), st.just(1.0))
-_value = st.one_of(_leaf, st.lists(st.integers(0, 2), max_size=2), st.lists(_leaf, max_size=2).map(tuple))
+_value = st.one_of(_leaf, st.lists(st.integers(0, 2), max_size=2), st.lists(_leaf, max_size=2).map(tuple),
+                   st.lists(st.lists(st.one_of(st.booleans(), st.integers(0, 1)), max_size=2), max_size=2))
 _batch = st.lists(st.dictionaries(st.sampled_from(["n", "a", "b"]), _value, max_size=3), max_size=3)
 
 
