@@ -7,8 +7,8 @@ block empty (dropped), fully visible (all its tiles emitted), or neither (the bl
 O(tiles visited x log) work and never O(N^2) memory. Tiles touched by several instances, or whose
 interval bound may be loose, are then classified exactly by evaluating the mask on their pairs (within a
 budget; past it a tile stays PARTIAL, which is always correct). A rule that factors over the axes of the tiles
-(NATTEN's window, CLEAR's disc, a dilated window) skips the search: plan/factors.py finds its tiles' exact kinds in
-closed form.
+(NATTEN's window, CLEAR's disc, a dilated window, a block-sparse layout) skips the search: plan/factors.py finds
+its tiles' exact kinds in closed form.
 
 The result is a `Descriptor`: per query tile, in the order the kernel should run them (most work first),
 the list of k tiles to visit and, per k tile, its kind (`maskc.kernels.abi.TileKind`): FULL (no mask code
