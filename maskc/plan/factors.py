@@ -127,7 +127,7 @@ def _factored_form(program: ir.Program, region: ir.Region, tiling: Tiling) -> Fa
         factors[0] = Factor(ir.Logic("and", (factors[0].expr, *constant)), factors[0].axes, "tiles", factors[0].steps)
     for read, exprs in groups:
         expr = exprs[0] if len(exprs) == 1 else ir.Logic("and", tuple(exprs))
-        differences = _differences_only(expr, axis_of)
+        differences = _differences_only(expr)
         if not differences and (len(read) > 1 or not grid):  # (a run's absolute table would be n x n)
             return None
         factors.append(Factor(expr, tuple(sorted(read)), "differences" if differences else "absolute"))
@@ -136,7 +136,7 @@ def _factored_form(program: ir.Program, region: ir.Region, tiling: Tiling) -> Fa
     return FactoredForm(tuple(factors), tuple(axis_of.items()), params, bools)
 
 
-def _differences_only(e: ir.Expr, axis_of: dict[str, int]) -> bool:
+def _differences_only(e: ir.Expr) -> bool:
     """Whether `e` reads the tokens only through `q.a - k.a`, `k.a - q.a` or a comparison of q.a with k.a (the
     same attribute a): then, evaluated with q.a = d and k.a = 0, it gives its value at every pair whose
     differences are d."""
@@ -146,7 +146,7 @@ def _differences_only(e: ir.Expr, axis_of: dict[str, int]) -> bool:
             return True
     if isinstance(e, ir.Token):
         return False
-    return all(_differences_only(child, axis_of) for child in ir.children(e))
+    return all(_differences_only(child) for child in ir.children(e))
 
 
 def _tile_steps(e: ir.Expr) -> tuple[tuple[str, str, ir.Expr], ...] | None:
@@ -182,6 +182,15 @@ def _running_sums(visible: np.ndarray) -> np.ndarray:
     for axis in range(2, visible.ndim):
         np.cumsum(inner, axis=axis, out=inner)
     return sums
+
+
+def _first_last(seen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first and the last index along the last axis where `seen` holds: (its length, -1) where it nowhere
+    does, so that first > last."""
+    some = seen.any(axis=-1)
+    length = seen.shape[-1]
+    return (np.where(some, seen.argmax(axis=-1), length),
+            np.where(some, length - 1 - seen[..., ::-1].argmax(axis=-1), -1))
 
 
 def _box_count(sums: np.ndarray, group: np.ndarray, lo: list[np.ndarray], hi: list[np.ndarray]) -> np.ndarray:
@@ -222,8 +231,8 @@ class _DifferenceTable:
         self.s_lo, self.s_hi = np.zeros((groups, 3), np.int64), np.zeros((groups, 3), np.int64)
         for i, a in enumerate(self.axes):
             seen = visible.any(axis=tuple(j + 1 for j in range(len(self.axes)) if j != i))  # [groups, cells along a]
-            self.s_lo[:, a] = np.where(seen.any(axis=1), seen.argmax(axis=1), seen.shape[1]) + lo[a]
-            self.s_hi[:, a] = seen.shape[1] - 1 - seen[:, ::-1].argmax(axis=1) + lo[a]
+            first, last = _first_last(seen)
+            self.s_lo[:, a], self.s_hi[:, a] = first + lo[a], last + lo[a]
         sees = (self.s_lo[:, list(self.axes)] <= self.s_hi[:, list(self.axes)]).all(axis=1)
         # Only the part of the table where some group sees anything is summed.
         self.u_lo = self.s_lo[sees].min(axis=0) if sees.any() else lo.copy()
@@ -267,9 +276,7 @@ class _AbsoluteTable:
         rows = np.zeros((groups, tiles * q_step, k_len), dtype=bool)
         rows[:, :q_len] = visible
         seen = rows.reshape(groups, tiles, q_step, k_len).any(axis=2)  # [groups, tiles, k]
-        some = seen.any(axis=2)
-        self.first = np.where(some, seen.argmax(axis=2), k_len)
-        self.last = np.where(some, k_len - 1 - seen[:, :, ::-1].argmax(axis=2), -1)
+        self.first, self.last = _first_last(seen)
 
     def k_range(self, rows: "_Rows") -> dict:
         c = self.axis
@@ -313,9 +320,8 @@ class _TileTable:
             visible = np.broadcast_to(np.asarray(evaluate(factor.expr, Env(params=values, tokens=tokens)), dtype=bool),
                                       (len(group), q_len, k_len))
         self.visible = visible
-        some = visible.any(axis=2)
-        self.first = np.where(some, visible.argmax(axis=2), k_len) * k_size
-        self.last = np.where(some, (k_len - visible[:, :, ::-1].argmax(axis=2)) * k_size - 1, -1)
+        first, last = _first_last(visible)  # (k tiles; as k coordinates below)
+        self.first, self.last = first * k_size, np.where(last < 0, -1, (last + 1) * k_size - 1)
 
     def k_range(self, rows: "_Rows") -> dict:
         return {2: (self.first[rows.inst, rows.qt[:, 2]], self.last[rows.inst, rows.qt[:, 2]])}
@@ -372,8 +378,8 @@ def search_by_factors(form: FactoredForm, batch, inst: dict[str, np.ndarray]) ->
     axis_of = dict(form.axes)
 
     # Differences d = q.c - k.c lie in [-(k dim - 1), q dim - 1]: tables over the widest of the batch.
-    lo, hi = 1 - k_dims.max(axis=0), q_dims.max(axis=0) - 1
     q_len, k_len = q_dims.max(axis=0), k_dims.max(axis=0)
+    lo, hi = 1 - k_len, q_len - 1
     tables = []
     for f in form.factors:
         if f.kind == "tiles":
