@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "bench")]  # (under PYTHONSAFEPATH the script's folder is not there)
 
 import fake_cupy  # noqa: E402
+from plan_time import packed_batch  # noqa: E402
 
 import maskc  # noqa: E402
 
@@ -33,24 +34,10 @@ TOKENS = 32768
 
 
 def batch(rng: np.random.Generator, workload: str, count: int) -> tuple[np.ndarray, dict]:
-    """cu_seqlens of TOKENS tokens in `count` random lengths and the runtime values a user would pass: for
-    document one document a sequence (causal), for rm_shared a prompt and up to four responses a group, for
-    hstu_jagged a user's context and targets."""
-    cuts = np.sort(rng.choice(np.arange(1, TOKENS), count - 1, replace=False))
-    lengths = np.diff(np.concatenate([[0], cuts, [TOKENS]]))
-    cu_seqlens = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    if workload == "rm_shared":
-        prompts, responses = [], []
-        for n in lengths.tolist():
-            parts = rng.multinomial(n, rng.dirichlet(np.ones(int(rng.integers(1, 6))))).tolist()
-            prompts.append(parts[0])
-            responses.append(parts[1:])
-        return cu_seqlens, {"prompt": prompts, "responses": responses}
-    if workload == "hstu_jagged":
-        context = np.minimum(lengths, 6)
-        targets = (rng.random(count) * (lengths - context) / 4).astype(np.int64)
-        return cu_seqlens, {"context": context.tolist(), "targets": targets.tolist()}
-    return cu_seqlens, {}
+    """cu_seqlens (int32, as a data loader makes it) of TOKENS tokens in `count` random lengths, and the runtime
+    values a user would pass (plan_time.packed_batch)."""
+    cu_seqlens, values = packed_batch(rng, workload, count)
+    return cu_seqlens.astype(np.int32), values
 
 
 def mask_file(workload: str) -> Path:

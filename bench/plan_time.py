@@ -77,18 +77,24 @@ def time_adoption(name: str, repeats: int = 20) -> float:
 
 
 def packed_batch(rng: np.random.Generator, name: str, sequences: int) -> tuple[np.ndarray, dict]:
-    """cu_seqlens of 32768 tokens in `sequences` random lengths, and the mask's runtime parameters: for
-    rm_shared, each sequence a prompt and up to four responses."""
+    """cu_seqlens of 32768 tokens in `sequences` random lengths, and the mask's runtime parameters as a user would
+    pass them: for rm_shared, each sequence a prompt and up to four responses; for hstu_jagged, each user's
+    context and targets; for the others (one document a sequence, causal), none."""
     cuts = np.sort(rng.choice(np.arange(1, 32768), sequences - 1, replace=False))
     lengths = np.diff(np.concatenate([[0], cuts, [32768]]))
-    if name != "rm_shared":
-        return np.concatenate([[0], np.cumsum(lengths)]), {}
-    prompts, responses = [], []
-    for n in lengths.tolist():
-        parts = rng.multinomial(n, rng.dirichlet(np.ones(int(rng.integers(1, 6))))).tolist()
-        prompts.append(parts[0])
-        responses.append(parts[1:])
-    return np.concatenate([[0], np.cumsum(lengths)]), {"prompt": prompts, "responses": responses}
+    cu_seqlens = np.concatenate([[0], np.cumsum(lengths)])
+    if name == "rm_shared":
+        prompts, responses = [], []
+        for n in lengths.tolist():
+            parts = rng.multinomial(n, rng.dirichlet(np.ones(int(rng.integers(1, 6))))).tolist()
+            prompts.append(parts[0])
+            responses.append(parts[1:])
+        return cu_seqlens, {"prompt": prompts, "responses": responses}
+    if name == "hstu_jagged":
+        context = np.minimum(lengths, 6)
+        targets = (rng.random(sequences) * (lengths - context) / 4).astype(np.int64)
+        return cu_seqlens, {"context": context.tolist(), "targets": targets.tolist()}
+    return cu_seqlens, {}
 
 
 def time_packed(name: str, sequences: int, repeats: int = 20) -> float:
