@@ -62,7 +62,8 @@ def prepare(attn, prepared, q, k, v, out=None, lse_shape=(1, 16, 1024), **keys) 
     """Cache a launch for this call signature, as a first (checked) call would."""
     made = runtime._Launch.of(prepared, _tensor(q), lse_shape)
     made.current_stream = lambda: STREAM
-    attn._launches[runtime._call_key(q, k, v, keys.get("cu_seqlens"), None, out, None, keys.get("params", {}))] = made
+    attn._launches.put(runtime._call_key(q, k, v, keys.get("cu_seqlens"), None, out, None, keys.get("params", {})),
+                       made, prepared)
 
 
 def per_call(fn, inner: int = 2000, outer: int = 30) -> float:
@@ -111,7 +112,7 @@ def prepare_backward(attn, q, k, v, out, lse, d_out) -> list:
     made = runtime._BackwardLaunch.of(prepared, _tensor(q), _tensor(k), _tensor(v), tuple(lse.shape), accum, None)
     made.current_stream = lambda: STREAM
     key = runtime._call_key(q, k, v, None, None, out, lse, {}) + (runtime._tensor_key(d_out),)
-    attn._backward_launches[key] = made
+    attn._backward_launches.put(key, made, prepared)
     return calls
 
 

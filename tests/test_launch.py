@@ -21,6 +21,7 @@ from small_configs import SMALL, packed_call
 
 import maskc
 from maskc.runtime import BACKWARD_SLOTS
+from maskc.runtime.launch import LaunchCache
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 CAUSAL = EXAMPLES / "causal.mask"
@@ -130,6 +131,45 @@ def test_a_repeated_forward_launches_what_the_first_prepared_with_its_new_output
     assert {n for n in first if first[n] != second[n]} == {"o", "lse"}
     assert (first["o"], first["lse"], second["o"], second["lse"]) == tuple(map(_pointer, (out1, lse1, out2, lse2)))
     assert first["tm_q"][:8] == _pointer(q) and first["work_counter"] != bytes(8)
+
+
+def test_every_layer_of_a_deep_model_finds_its_launch_again(fake, monkeypatch):
+    # A model of 40 layers calls one mask, each layer with tensors of its own: from the second step on, no call
+    # is checked or prepared again, forward or backward.
+    attn = maskc.load(CAUSAL, arch="sm_90a", head_dim=128, dtype="fp16")
+    fake(attn)
+    layers = [_inputs(128, True) for _ in range(40)]
+    cu_seqlens = np.array([0, 100, N], dtype=np.int32)
+    prepared = []
+    for name in ("_call", "_prepare_backward"):
+        original = getattr(maskc.Attention, name)
+        monkeypatch.setattr(maskc.Attention, name, functools.partialmethod(
+            lambda self, *args, _original=original, _name=name: prepared.append(_name) or _original(self, *args)))
+    for _ in range(3):
+        for q, k, v, out, lse, d_out in layers:
+            attn(q, k, v, cu_seqlens=cu_seqlens)
+        for q, k, v, out, lse, d_out in reversed(layers):
+            attn.backward(q, k, v, out, lse, d_out, cu_seqlens=cu_seqlens)
+    assert prepared == ["_call"] * 40 + ["_prepare_backward"] * 40
+
+
+def test_the_launches_kept_are_those_of_the_most_recent_plans():
+    cache = LaunchCache(plans=2, launches=5)
+    plans = [object() for _ in range(3)]
+    for layer in range(2):
+        cache.put(("a", layer), "A", plans[0])
+        cache.put(("b", layer), "B", plans[1])
+    assert len(cache) == 4 and cache.get(("a", 1)) == "A"
+    cache.put(("c", 0), "C", plans[2])  # a third plan: the first one's launches go
+    assert sorted(cache.items()) == [(("b", 0), "B"), (("b", 1), "B"), (("c", 0), "C")]
+    for layer in range(1, 4):
+        cache.put(("c", layer), "C", plans[2])  # past 5 launches: the oldest go first
+    assert [key for key, _ in cache.items()] == [("b", 1), ("c", 0), ("c", 1), ("c", 2), ("c", 3)]
+    cache.put(("b", 1), "B again", plans[2])  # a key prepared again, for another plan: one entry, that plan's
+    cache.put(("d", 0), "D", plans[0])
+    assert [key for key, _ in cache.items()] == [("c", 1), ("c", 2), ("c", 3), ("b", 1), ("d", 0)]
+    cache.clear()
+    assert len(cache) == 0 and cache.get(("d", 0)) is None
 
 
 def test_nothing_prepared_holds_a_tensor_of_the_call_that_prepared_it(fake):

@@ -12,7 +12,6 @@ import functools
 import math
 import numbers
 import warnings
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -24,7 +23,7 @@ from maskc.diagnostics import Span, ValueProblem, value_problem
 from maskc.memo import per_object
 from maskc.plan.by_key import KeyTables, long_items
 from maskc.plan.layout_batch import ValueColumns
-from maskc.runtime.launch import Kernel, PreparedLaunch, cupy_stream, current_stream_handle, current_stream_of
+from maskc.runtime.launch import Kernel, LaunchCache, PreparedLaunch, cupy_stream, current_stream_handle, current_stream_of
 from maskc.runtime.tensor_maps import grid_box_map, tensor_map
 
 _ELEMENT_BYTES = 2
@@ -139,8 +138,8 @@ class Attention:
         autograd.register()
         # Launches prepared for recent call signatures (tensors, values, options): a repeated call skips
         # every check, the planning and the argument packing (see _call_key).
-        self._launches: OrderedDict = OrderedDict()
-        self._backward_launches: OrderedDict = OrderedDict()  # the same for `backward`
+        self._launches = LaunchCache()
+        self._backward_launches = LaunchCache()  # the same for `backward`
 
     @property
     def program(self):
@@ -252,7 +251,7 @@ class Attention:
             return prepared.run(q, out, lse, return_lse)
         result = self._call(checked or self._inputs(q, k, v, cu_seqlens, scale, params), out, lse)
         if key is not None and result.launch is not None:
-            _keep_launch(self._launches, key, result.launch)
+            self._launches.put(key, result.launch, result.plan)
         return result.outputs(return_lse)
 
     def _inputs(self, q, k, v, cu_seqlens, scale, params) -> _Inputs:
@@ -309,7 +308,7 @@ class Attention:
         launch = self._prepare(tq, tk, tv, to, tl, x.packed, desc, tables, x.scale, x.lse_shape)
         if launch is not None:
             launch.launch(to.obj, tl.obj)
-        return _Result(launch, to.obj, tl.obj)
+        return _Result(launch, desc, to.obj, tl.obj)
 
     def backward(self, q, k, v, out, lse, d_out, *, cu_seqlens=None, scale: float | None = None,
                  plan: Plan | None = None, **params):
@@ -331,15 +330,15 @@ class Attention:
         key = _backward_key(q, k, v, out, lse, d_out, cu_seqlens, scale, params)
         launch = self._backward_launches.get(key) if key is not None else None
         if launch is None:
-            launch = self._prepare_backward(checked or self._inputs(q, k, v, cu_seqlens, scale, params), out, lse,
-                                            d_out)
+            launch, plan = self._prepare_backward(checked or self._inputs(q, k, v, cu_seqlens, scale, params), out,
+                                                  lse, d_out)
             if key is not None:
-                _keep_launch(self._backward_launches, key, launch)
+                self._backward_launches.put(key, launch, plan)
         return launch.run(q, k, v)
 
-    def _prepare_backward(self, x: _Inputs, out, lse, d_out) -> "_BackwardLaunch":
+    def _prepare_backward(self, x: _Inputs, out, lse, d_out) -> tuple["_BackwardLaunch", object]:
         """The checked backward (`x`: its inputs, checked): check out, lse and d_out, find the plan and its
-        tables by key tile, pack the arguments."""
+        tables by key tile, pack the arguments. Returns the launch and the descriptor it was prepared from."""
         compiled, options, bwd = self.compiled, self.compiled.options, self.compiled.options.backward
         if bwd is None:
             compiled.backward_cubin  # raises: no backward kernels for these options
@@ -356,7 +355,7 @@ class Attention:
         desc, tables, _ = compiled.tables(x.sequences, x.offsets)
         hq, hkv = tq.shape[-2], tk.shape[-2]
         if len(desc.work_seq) == 0 or hq == 0:  # nothing to launch: the gradients have no elements
-            return _BackwardLaunch.of(None, tq, tk, tv, x.lse_shape, None, nondeterministic)
+            return _BackwardLaunch.of(None, tq, tk, tv, x.lse_shape, None, nondeterministic), desc
         key_tables = compiled.key_tables(desc, tables)
         stream = _stream(tq)
         named = {"q": tq, "k": tk, "v": tv, "o": to, "dout": tdo}
@@ -395,7 +394,7 @@ class Attention:
 
         kernels = _per_plan(("backward kernels", compiled.backward_cubin, hq, hkv), desc, tq.device, backward_kernels)
         prepared = PreparedLaunch(kernels, cupy.cuda.Device(tq.device), bwd.args, values, slots, device_tables)
-        return _BackwardLaunch.of(prepared, tq, tk, tv, x.lse_shape, dq_accum_shape, nondeterministic)
+        return _BackwardLaunch.of(prepared, tq, tk, tv, x.lse_shape, dq_accum_shape, nondeterministic), desc
 
     def _prepare(self, tq, tk, tv, to, tl, packed, desc, tables, scale, lse_shape):
         """Everything a launch needs, packed once; None when there is nothing to launch."""
@@ -693,21 +692,12 @@ def _new_float32(t: _Tensor, shape: tuple) -> Callable[[object], object]:
 @dataclass
 class _Result:
     launch: _Launch | None
+    plan: object  # the descriptor the launch was prepared from
     out: object
     lse: object
 
     def outputs(self, return_lse: bool):
         return (self.out, self.lse) if return_lse else self.out
-
-
-_PREPARED_LAUNCHES = 16
-
-
-def _keep_launch(cache: OrderedDict, key: tuple, launch) -> None:
-    """A prepared launch kept for its call signature, _PREPARED_LAUNCHES at most, the oldest dropped first."""
-    cache[key] = launch
-    if len(cache) > _PREPARED_LAUNCHES:
-        cache.popitem(last=False)
 
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)

@@ -16,6 +16,7 @@ import functools
 import os
 import struct
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from functools import lru_cache
 from typing import NamedTuple
@@ -141,6 +142,66 @@ class PreparedLaunch:
         args = abi.pack(self._args, values)
         for k in self.kernels:
             k.cupy_kernel((k.grid,), (k.threads,), args, shared_mem=k.shared, stream=stream)
+
+
+class LaunchCache:
+    """Prepared launches by call key (`maskc.runtime._call_key`), kept for the calls of the `plans` most recent
+    plans, `launches` of them at most in all.
+
+    A model calls one mask from each of its layers, each layer with tensors of its own: L layers are L keys of
+    one plan, called in turn. A cache bounded by keys alone drops every one of them before its next call once L
+    passes the bound (16 once: a 17-layer model's every call was a checked one, ~10x the host time). What a
+    launch holds on the device is its plan's tables, so the bound that matters is on plans: a training step's
+    new runtime values make a new plan, and the launches of the plans before it go with them."""
+
+    def __init__(self, plans: int = 8, launches: int = 1024):
+        self._max_plans, self._max_launches = plans, launches
+        self._launches: dict = {}  # key -> launch, oldest first (a call looks here first: one dict look-up)
+        self._plan_of: dict = {}  # key -> id of its plan
+        self._plans: OrderedDict = OrderedDict()  # id(plan) -> (plan, its keys), least recently added to first
+        self.get = self._launches.get  # get(key): the launch or None (the dict's own method: no Python frame)
+
+    def put(self, key, launch, plan) -> None:
+        """Keep `launch` for `key`; `plan` is what it was prepared from (its descriptor), held so that its id
+        names it while cached."""
+        self._forget(key)
+        entry = self._plans.get(id(plan))
+        if entry is None or entry[0] is not plan:
+            entry = self._plans[id(plan)] = (plan, set())
+        self._plans.move_to_end(id(plan))
+        entry[1].add(key)
+        self._launches[key] = launch
+        self._plan_of[key] = id(plan)
+        while len(self._plans) > self._max_plans:
+            _, (_, keys) = self._plans.popitem(last=False)
+            for old in keys:
+                del self._launches[old], self._plan_of[old]
+        while len(self._launches) > self._max_launches:
+            self._forget(next(iter(self._launches)))
+
+    def _forget(self, key) -> None:
+        plan = self._plan_of.pop(key, None)
+        if plan is None:
+            return
+        del self._launches[key]
+        keys = self._plans[plan][1]
+        keys.discard(key)
+        if not keys:
+            del self._plans[plan]
+
+    def __len__(self) -> int:
+        return len(self._launches)
+
+    def items(self):
+        return self._launches.items()
+
+    def values(self):
+        return self._launches.values()
+
+    def clear(self) -> None:
+        self._launches.clear()
+        self._plan_of.clear()
+        self._plans.clear()
 
 
 @lru_cache(maxsize=1)
