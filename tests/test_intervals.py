@@ -23,7 +23,7 @@ from maskc import ir
 from maskc.compiler import compile_text
 from maskc.diagnostics import MaskError
 from maskc.ir.evaluate import Env, evaluate
-from maskc.plan.intervals import ArrayTable, IntervalEvaluator, IntRange
+from maskc.plan.intervals import ArrayTable, IntervalEvaluator, IntRange, RangeExtremes
 
 Q, K = ir.Token("q", "index"), ir.Token("k", "index")
 QY, QX = ir.Token("q", "y"), ir.Token("q", "x")
@@ -112,6 +112,7 @@ def _table(arrays: list[np.ndarray], parents: bool = False) -> ArrayTable:
         vmax=np.array([a.max() if len(a) else 0 for a in arrays], dtype=np.int64),
         parents=[a.astype(np.int64) for a in arrays] if parents else None,
         seq=np.arange(len(arrays)) if parents else None,
+        extremes=RangeExtremes(np.concatenate([a.astype(np.int64) for a in arrays])),
     )
 
 
@@ -392,3 +393,25 @@ def test_every_combination_of_small_boxes_for_floor_division_and_modulo():
             assert r.lo[0] <= v.min() and v.max() <= r.hi[0], (op, lo, hi, d)
             if bool(np.asarray(r.exact)[0] if np.ndim(r.exact) else r.exact):
                 assert v.min() == r.lo[0] and v.max() == r.hi[0], (op, lo, hi, d, "ends not attained")
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.integers(-(2**40), 2**40), min_size=1, max_size=300), data=st.data())
+def test_range_extremes_are_the_min_and_max_of_each_stretch(values, data):
+    values = np.array(values, dtype=np.int64)
+    stretches = data.draw(st.lists(st.tuples(st.integers(0, len(values) - 1), st.integers(0, len(values) - 1)),
+                                   min_size=1, max_size=20))
+    first = np.array([min(s) for s in stretches], dtype=np.int64)
+    last = np.array([max(s) for s in stretches], dtype=np.int64)
+    lo, hi, known = RangeExtremes(values).query(first, last)
+    assert known.all()
+    for a, b, x, y in zip(first, last, lo, hi):
+        assert (x, y) == (values[a:b + 1].min(), values[a:b + 1].max())
+
+
+def test_range_extremes_say_which_stretches_are_past_their_levels(monkeypatch):
+    monkeypatch.setattr(RangeExtremes, "MAX_BYTES", 3 * 2 * 4 * 100)  # three levels (1, 2, 4) of 100 int32 values
+    values = np.arange(100)[::-1]
+    lo, hi, known = RangeExtremes(values).query(np.array([0, 10, 0]), np.array([6, 13, 7]))
+    assert known.tolist() == [True, True, False]  # up to 7 elements: two windows of 4
+    assert (lo[:2].tolist(), hi[:2].tolist()) == ([93, 86], [99, 89])

@@ -251,6 +251,36 @@ def test_fast_path_equals_the_general_search_on_random_masks(case, config):
     check_fast_path(compiled, values, layouts, config, note=f"\n{text}\nsequences {sequences}\nconfig {config}")
 
 
+MEMBER_LISTS = {
+    # Interleaved text and images (Transfusion): causal throughout, each image whole inside itself.
+    "image_text": ("mask image_text(lens: [int] = [5], image: [bool] = [false])\nsegments:\n    M[i] = lens[i]\n"
+                   "rules:\n    * -> *       causal\n    M[i] -> M[i] where image[i]\n"),
+    # Documents, each with a window of its own.
+    "windows": ("mask windows(lens: [int] = [5], w: [int] = [1])\nsegments:\n    D[i] = lens[i]\nrules:\n"
+                "    D[i] -> D[i] causal where q - k < w[i] + 1\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MEMBER_LISTS))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), config=st.sampled_from(CONFIGS))
+def test_the_fast_path_reads_a_members_own_list_entries(name, data, config):
+    # A family member's own entry of a list (`image[i]`, `w[i]`) is constant along its rows: row intervals
+    # in closed form, as for a parameter (the general search took 40-50 ms for such a mask at 32K tokens).
+    compiled = compile_text(MEMBER_LISTS[name], KernelOptions(), {})
+    assert takes_fast_path(compiled)
+    sequences = []
+    for _ in range(data.draw(st.integers(1, 3))):
+        lens = data.draw(st.lists(st.integers(0, 90), max_size=5))
+        # Entries past the members (read as 0 where missing) and missing ones: each list its own length.
+        extra = data.draw(st.integers(-len(lens), 2))
+        entries = data.draw(st.lists(st.integers(-3, 40), min_size=len(lens) + extra, max_size=len(lens) + extra))
+        sequences.append({"lens": lens, **({"image": [x % 2 == 1 for x in entries]} if name == "image_text"
+                                           else {"w": entries})})
+    values, layouts = compiled.bind(sequences)
+    check_fast_path(compiled, values, layouts, config)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Rules that factor over the tiles' axes (maskc/plan/factors.py) against the general search
 # ---------------------------------------------------------------------------------------------------
@@ -404,6 +434,40 @@ def sliding(n: int, window: int, config=TileConfig()):
     compiled, _, _, _ = example("sliding_window")
     values, layouts = compiled.bind([{"n": n, "window": window}])
     return plan(compiled.program, layouts, values, config)
+
+
+PER_TOKEN_LISTS = {
+    "doc_ids": ("mask doc_ids(n: int = 1024, doc: [int] = [])\nsegments:\n    S = n\nrules:\n"
+                "    S -> S   causal where doc[q] == doc[k]\n"),
+    "global_flags": ("mask global_flags(n: int = 1024, g: [bool] = [])\nsegments:\n    S = n\nrules:\n"
+                     "    S -> S   where g[q] or g[k]\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PER_TOKEN_LISTS))
+@settings(max_examples=15, deadline=None)
+@given(data=st.data())
+def test_per_token_lists_plan_exactly_within_the_default_budget(name, data):
+    # Document ids or flags given per token, as FlexAttention's users write them: a list read over a tile is
+    # bounded by the elements it reads (RangeExtremes), so a tile inside one document is proven full or empty
+    # without evaluating it pair by pair (a 32K-token batch had every tile of the causal triangle listed, and
+    # 150 ms of planning).
+    n = data.draw(st.integers(1, 2000))
+    config = data.draw(st.sampled_from(CONFIGS))
+    cuts = sorted(data.draw(st.lists(st.integers(0, n - 1), max_size=8)))  # where documents begin, or global tokens
+    if name == "doc_ids":
+        values = {"doc": np.searchsorted(cuts, np.arange(n), side="right").tolist()}
+    else:
+        values = {"g": np.isin(np.arange(n), cuts).tolist()}
+    compiled = compile_text(PER_TOKEN_LISTS[name], KernelOptions(), {})
+    vals, layouts = compiled.bind([{"n": n, **values}])
+    masks = [dense_mask(compiled.program, lay, val) for lay, val in zip(layouts, vals)]
+    desc = plan(compiled.program, layouts, vals, config)
+    assert desc.stats.tiles_conservative == 0
+    check_descriptor(compiled.program, desc, layouts, vals, masks)
+    # Only the tiles whose rows or columns hold a document's start (or a global token) need evaluating.
+    tiles = -(-n // config.block_q) + -(-n // config.block_k)
+    assert desc.stats.tiles_refined <= 2 * (len(cuts) + 1) * tiles
 
 
 def test_visiting_order_puts_the_longest_rows_first():

@@ -83,6 +83,45 @@ class BoolRange:
         return self.can_true & self.can_false
 
 
+class RangeExtremes:
+    """The min and max of any stretch of a flat array, two look-ups each (a sparse table: level j holds the
+    extremes of the 2^j elements from each position). A per-token list read over a box of tokens (`doc[q]` over
+    a tile) then has the hull of the elements it reads, not of the whole list: what proves `doc[q] == doc[k]`
+    true or false on the tiles of one or two documents. Levels stop at MAX_BYTES; longer stretches get None."""
+
+    MAX_BYTES = 64 << 20
+
+    def __init__(self, values: np.ndarray):
+        values = np.asarray(values, dtype=np.int64)
+        narrow = values.size == 0 or (values.min() >= -2**31 and values.max() < 2**31)
+        dtype = np.int32 if narrow else np.int64
+        mins, maxs = [values.astype(dtype)], [values.astype(dtype)]
+        per_level = 2 * values.size * np.dtype(dtype).itemsize
+        while (1 << len(mins)) <= values.size and (len(mins) + 1) * per_level <= self.MAX_BYTES:
+            half = 1 << (len(mins) - 1)
+            mins.append(np.minimum(mins[-1], np.concatenate((mins[-1][half:], mins[-1][-half:]))))
+            maxs.append(np.maximum(maxs[-1], np.concatenate((maxs[-1][half:], maxs[-1][-half:]))))
+        self.mins, self.maxs = mins, maxs
+
+    def query(self, first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(min, max, known) of values[first..last] (inclusive, first <= last) for each pair; `known` False
+        where the stretch is longer than the levels reach (min and max are then meaningless)."""
+        length = last - first + 1
+        level = np.zeros(len(length), dtype=np.int64)
+        np.log2(np.maximum(length, 1), out=level, casting="unsafe")  # floor(log2) for lengths below 2^53
+        known = level < len(self.mins)
+        level = np.minimum(level, len(self.mins) - 1)
+        second = np.maximum(last - (1 << level) + 1, first)
+        lo = np.full(len(length), np.iinfo(np.int64).max)
+        hi = np.full(len(length), np.iinfo(np.int64).min)
+        for j in distinct(level) if len(level) else ():
+            at = (level == j).nonzero()[0]
+            a, b = first.take(at), second.take(at)
+            lo[at] = np.minimum(self.mins[j].take(a), self.mins[j].take(b))
+            hi[at] = np.maximum(self.maxs[j].take(a), self.maxs[j].take(b))
+        return lo, hi, known
+
+
 @dataclass
 class ArrayTable:
     """A list parameter for every box: per-box offset into a flat value array, its shape, min and max."""
@@ -94,6 +133,7 @@ class ArrayTable:
     vmax: np.ndarray
     parents: list[np.ndarray] | None = None  # per sequence, for ancestor()
     seq: np.ndarray | None = None  # per box sequence id
+    extremes: RangeExtremes | None = None  # of `values`, for a 1-D list read over a stretch of indices
 
 
 # How far a varying index is scanned element by element before falling back to the array's hull.
@@ -171,10 +211,36 @@ class IntervalEvaluator:
                 s_hi = np.where(ok, np.maximum(s_hi, v), s_hi)
             lo = np.where(scan, s_lo, lo)
             hi = np.where(scan, s_hi, hi)
+        exact = point
+        if table.extremes is not None and not scan.all():
+            lo, hi, attained = self._stretch(table, idx[0], ~scan, lo, hi)
+            exact = point | attained
         roots: Roots = {}
         for r in idx:
             roots = _add_roots(roots, r.roots)
-        return IntRange(lo, hi, point, point, {name: np.where(point, 0, v) for name, v in roots.items()})
+        return IntRange(lo, hi, exact, point, {name: np.where(point, 0, v) for name, v in roots.items()})
+
+    @staticmethod
+    def _stretch(table: ArrayTable, r: IntRange, wide: np.ndarray, lo: np.ndarray, hi: np.ndarray):
+        """The hull of a 1-D list read over a wide index range (`wide`): the extremes of the elements inside the
+        list, and 0 where the range reaches outside it (reads there give 0). Also where both ends are attained:
+        the index takes every value of its range (exact and contiguous), so every element of the stretch is read."""
+        length = table.shape[0]
+        first, last = np.maximum(r.lo, 0), np.minimum(r.hi, length - 1)
+        at = (wide & (first <= last)).nonzero()[0]
+        e_lo, e_hi, known = table.extremes.query(table.offset[at] + first[at], table.offset[at] + last[at])
+        at, e_lo, e_hi = at[known], e_lo[known], e_hi[known]
+        outside = (r.lo[at] < 0) | (r.hi[at] >= length[at])
+        lo, hi = lo.copy(), hi.copy()
+        lo[at] = np.where(outside, np.minimum(e_lo, 0), e_lo)
+        hi[at] = np.where(outside, np.maximum(e_hi, 0), e_hi)
+        attained = np.zeros(len(lo), dtype=bool)
+        every_index = np.broadcast_to(np.asarray(r.exact) & np.asarray(r.contig), attained.shape)
+        attained[at] = every_index[at]  # (reads outside the list attain 0 as well: a read there gives it)
+        nowhere = wide & (first > last)  # every read outside the list: 0
+        lo[nowhere], hi[nowhere] = 0, 0
+        attained |= nowhere & every_index
+        return lo, hi, attained
 
     @staticmethod
     def _read(table: ArrayTable, coords: list[np.ndarray]) -> np.ndarray:

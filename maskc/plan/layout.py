@@ -162,6 +162,21 @@ def scalar_column(values: Sequence[SequenceValues], name: str) -> np.ndarray:
     return np.array([v.scalars[name] for v in values])
 
 
+def list_column(values: Sequence[SequenceValues], name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One list parameter's entries in every sequence, end to end (int64), where each sequence's begin, and
+    how many each has."""
+    if isinstance(values, BatchValues):
+        flat, ends = values.lists[name]
+        ends = np.asarray(ends, dtype=np.int64)
+    else:
+        parts = [np.asarray(v.arrays[name], dtype=np.int64).reshape(-1) for v in values]
+        flat = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        ends = np.cumsum([len(x) for x in parts], dtype=np.int64)
+    starts = np.zeros(len(ends), dtype=np.int64)
+    starts[1:] = ends[:-1]
+    return np.asarray(flat, dtype=np.int64), starts, ends - starts
+
+
 # Every problem with runtime values is a ValueProblem (maskc.diagnostics, re-exported here): a ValueError that
 # points at the most specific source it concerns, reported in the program's source file.
 

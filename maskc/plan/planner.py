@@ -32,7 +32,7 @@ from maskc.kernels.abi import TileKind
 from maskc.memo import per_object
 from maskc.plan.arrays import distinct, expand, stable_order
 from maskc.plan.exact import pair_env, regions_visible, visible
-from maskc.plan.intervals import ArrayTable, IntervalEvaluator, IntRange
+from maskc.plan.intervals import ArrayTable, IntervalEvaluator, IntRange, RangeExtremes
 from maskc.plan.layout import (
     ConcreteLayout,
     SequenceValues,
@@ -305,6 +305,8 @@ class _Leaves:
                 vmax=np.array([a.max() if a.size else 0 for a in per_seq], dtype=np.int64),
                 parents=per_seq,
             )
+            if self.arrays[name]["ndim"] == 1:  # a per-token or per-member list: hulls of what a box reads
+                self.arrays[name]["extremes"] = RangeExtremes(self.arrays[name]["values"])
         # Longest member per (sequence, segment), for segment-relative positions across members.
         self.maxlen = np.zeros((len(batch.layouts), len(program.segments)), dtype=np.int64)
         for b, lay in enumerate(batch.layouts):
@@ -384,7 +386,7 @@ class _Leaves:
         for name, a in self.arrays.items():
             shape = (a["shape"][seq, 0],) if a["ndim"] == 1 else (a["shape"][seq, 0], a["shape"][seq, 1])
             tables[name] = ArrayTable(a["values"], a["offset"][seq], shape, a["vmin"][seq], a["vmax"][seq],
-                                      a["parents"], seq)
+                                      a["parents"], seq, a.get("extremes"))
         for node in self.aggregates:
             per_seq = np.array([len(a) if isinstance(node, ir.ArrayLen) else int(a.astype(np.int64).sum())
                                 for a in self.arrays[node.array]["parents"]], dtype=np.int64)

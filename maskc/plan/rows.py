@@ -10,7 +10,8 @@ Where it applies (`row_forms`): the tiling has runs only (one run block per sequ
 t*bq ..., k tile j tokens j*bk ...), there are at most `MAX_REGIONS` regions, every one has row intervals, its
 row condition reads no position of the query (only its segment, member, parameters), and lo is a max and hi a
 min of terms that are each either constant along a segment or `q + c` (c constant along a segment):
-`max(start(S), q - window + 1)`, `min(end(R), q + 1, q.end)`. No list parameter is read. Otherwise
+`max(start(S), q - window + 1)`, `min(end(R), q + 1, q.end)`. Lists are read only at indices constant along a
+segment (`prefix[i]`, `is_image[i]`: a family member's own value), and are one-dimensional. Otherwise
 `plan_ranges` returns None and the planner searches.
 
 A *piece* is a run of query rows inside one q tile and one concrete segment (family member): the segment's
@@ -42,7 +43,7 @@ from maskc.ir.evaluate import Env, evaluate
 from maskc.kernels.abi import TileKind
 from maskc.memo import per_object
 from maskc.plan.arrays import distinct, expand, stable_order
-from maskc.plan.layout import scalar_column
+from maskc.plan.layout import list_column, scalar_column
 
 MAX_REGIONS = 8  # pairs of regions are compared piece by piece; more regions go to the general search
 # Bounds are clamped to +-2^40 (positions are below 2^31): a term past that acts exactly like the clamp on keys
@@ -124,9 +125,20 @@ def _bound(e: ir.Expr, op: str) -> _Bound | None:
     return _Bound(tuple(constants), tuple(slopes))
 
 
+def _reads_lists_per_segment(program: ir.Program, e: ir.Expr) -> bool:
+    """Whether every list `e` reads is one-dimensional and read at an index constant along a segment."""
+    for node in ir.walk(e):
+        if isinstance(node, (ir.ArrayLen, ir.ArraySum, ir.Ancestor)):
+            return False
+        if isinstance(node, ir.Index) and (program.param(node.array).type.depth != 1 or _moves(node.indices[0])):
+            return False
+    return True
+
+
 def _row_form(program: ir.Program, region: ir.Region) -> RowForm | None:
     rows = region.rows
-    if rows is None or any(ir.arrays_used(e) for e in (rows.row, rows.lo, rows.hi)) or _moves(rows.row):
+    if (rows is None or _moves(rows.row)
+            or not all(_reads_lists_per_segment(program, e) for e in (rows.row, rows.lo, rows.hi))):
         return None
     lo, hi = _bound(rows.lo, "max"), _bound(rows.hi, "min")
     if lo is None or hi is None:
@@ -143,8 +155,9 @@ def _row_form(program: ir.Program, region: ir.Region) -> RowForm | None:
 class RowForms:
     """All regions of a program in the fast path's form, and what evaluating them reads."""
 
-    regions: tuple[RowForm, ...]
+    regions: tuple[RowForm, ...]  # list reads in their expressions are parameters named by `lists`
     params: tuple[str, ...]  # scalar parameters the expressions read, besides n
+    lists: tuple[tuple[str, ir.Index], ...]  # each list read, and the name it reads as: a column per segment
     bounds: tuple[tuple[str, bool, int], ...]  # SegmentBounds read: (segment, end, column of the boundary table)
     bits: np.ndarray  # uint32 [R]: each region's bit in a partial tile's kind
     pairs: tuple[np.ndarray, np.ndarray]  # every pair of regions r1 < r2 whose q sides share a segment (others
@@ -164,12 +177,27 @@ def row_forms(program: ir.Program) -> RowForms | None:
         nodes = [node for e in exprs for node in ir.walk(e)]
         bounds = {(n.segment, n.end): program.segment_index(n.segment) + n.end for n in nodes
                   if isinstance(n, ir.SegmentBound)}
+        # A list read constant along a segment is a column like a parameter's: named by its spelling (brackets
+        # and all, so no parameter's name), evaluated once per concrete segment.
+        lists = {ir.show(n): n for n in nodes if isinstance(n, ir.Index)}
+        forms = [_reading_lists_as_params(f, lists) for f in forms] if lists else forms
         result = RowForms(tuple(forms), tuple(sorted({n.name for n in nodes if isinstance(n, ir.Param)} - {"n"})),
+                          tuple(lists.items()),
                           tuple((name, end, col) for (name, end), col in bounds.items()),
                           np.array([TileKind.rule_bit(r) for r in range(len(forms))], dtype=np.uint32),
                           _sharing_rows(forms), np.array([f.q_bits for f in forms], dtype=np.int64),
                           np.array([[f.k_first for f in forms], [f.k_last + 1 for f in forms]], dtype=np.int64))
     return result
+
+
+def _reading_lists_as_params(form: RowForm, lists: dict[str, ir.Index]) -> RowForm:
+    def read(e: ir.Expr) -> ir.Expr:
+        return ir.rewrite(e, lambda node: ir.Param(ir.show(node)) if isinstance(node, ir.Index) else node)
+
+    def bound(b: _Bound) -> _Bound:
+        return _Bound(tuple(map(read, b.constants)), tuple(map(read, b.slopes)))
+
+    return RowForm(form.q_bits, form.k_first, form.k_last, read(form.row), bound(form.lo), bound(form.hi))
 
 
 def _sharing_rows(forms: list[RowForm]) -> tuple[np.ndarray, np.ndarray]:
@@ -198,6 +226,11 @@ def _segment_constants(forms: RowForms, batch, bk: int) -> np.ndarray | None:
     env = Env(params=params, tokens={("q", "start"): start, ("q", "end"): start + batch.lengths,
                                      ("member", "q"): batch.member},
               bounds={(name, end): bounds[:, col] for name, end, col in forms.bounds})
+    try:
+        for name, read in forms.lists:
+            env.params[name] = _list_read(read, env, batch, seq)
+    except ZeroDivisionError:
+        return None
 
     # One array for all six, filled in place: each region's row of L, l, H, h starts from the k side's span.
     out = np.empty((6, len(forms.regions), len(seq)), dtype=np.int64)
@@ -221,6 +254,16 @@ def _segment_constants(forms: RowForms, batch, bk: int) -> np.ndarray | None:
     applies[:] = on_side & (H > L) & (h > l)
     np.minimum(H, bounds[:, -1] // bk * bk, out=Hf)
     return out
+
+
+def _list_read(read: ir.Index, env: Env, batch, seq: np.ndarray) -> np.ndarray:
+    """A one-dimensional list read at an index constant along a segment, for every concrete segment: its own
+    sequence's entry, 0 outside the list (as everywhere)."""
+    flat, starts, counts = list_column(batch.values, read.array)
+    index = np.broadcast_to(np.asarray(evaluate(read.indices[0], env), dtype=np.int64), seq.shape)
+    inside = (index >= 0) & (index < counts.take(seq))
+    at = np.where(inside, starts.take(seq) + index, 0)
+    return np.where(inside, flat.take(at) if len(flat) else 0, 0)
 
 
 # ---------------------------------------------------------------------------------------------------
