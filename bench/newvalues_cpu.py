@@ -4,7 +4,7 @@ the plan from scratch, tables, launch) and then its backward call (the plan foun
 tile, launch), with CuPy, the driver's launch and the TMA encoder faked by tests/fake_cupy.py (a few us of each
 call are the fakes'). 32768 tokens in `count` sequences of random lengths, sm_90a, head dim 128, 16 heads.
 
-    python bench/newvalues_cpu.py [--counts 9 64 256 1024] [--workloads document rm_shared hstu_jagged]
+    python bench/newvalues_cpu.py [--counts 9 64 256 1024] [--workloads document rm_shared hstu_jagged] [--layers 8]
 
 Issue 5 asks that new runtime values cost the attention plus <= 1 ms; on a GPU's host the same code has run
 1.5-2.3x slower than on the dev VM (docs/benchmarks.md).
@@ -45,28 +45,30 @@ def mask_file(workload: str) -> Path:
     return ROOT / "examples" / ("causal.mask" if workload == "document" else f"{workload}.mask")
 
 
-def time_step(workload: str, count: int, steps: int, seed: int = 0) -> tuple[float, float]:
-    """Median ms of the forward call and of its backward call, each step with new runtime values."""
+def time_step(workload: str, count: int, steps: int, layers: int = 1, seed: int = 0) -> tuple[float, ...]:
+    """Median ms of the forward call and of its backward call, each step with new runtime values: the first
+    layer's, and with `layers` > 1 also the other layers' (the same mask and values, tensors of their own)."""
     attn = maskc.load(mask_file(workload), arch="sm_90a", head_dim=128, dtype="fp16")
     rng = np.random.default_rng(seed + count)
     batches = [batch(rng, workload, count) for _ in range(steps)]
     names = (attn.compiled.name, *attn.compiled.backward_names)
-    forward, backward = [], []
+    times = {"forward": [], "backward": [], "later forward": [], "later backward": []}
     with pytest.MonkeyPatch.context() as mp:
         record = fake_cupy.install(mp, dict.fromkeys(names, ()))
-        q, k, v, out, d_out = (fake_cupy.ndarray((TOKENS, 16, 128)) for _ in range(5))
+        tensors = [[fake_cupy.ndarray((TOKENS, 16, 128)) for _ in range(5)] for _ in range(layers)]
         lse = fake_cupy.ndarray((16, TOKENS), np.float32)
         for cu_seqlens, values in batches:
-            start = time.perf_counter()
-            attn(q, k, v, cu_seqlens=cu_seqlens, **values)
-            middle = time.perf_counter()
-            attn.backward(q, k, v, out, lse, d_out, cu_seqlens=cu_seqlens, **values)
-            forward.append(middle - start)
-            backward.append(time.perf_counter() - middle)
+            for layer, (q, k, v, _, _) in enumerate(tensors):
+                start = time.perf_counter()
+                attn(q, k, v, cu_seqlens=cu_seqlens, **values)
+                times["later forward" if layer else "forward"].append(time.perf_counter() - start)
+            for layer, (q, k, v, out, d_out) in enumerate(tensors):  # (in a model, the last layer first)
+                start = time.perf_counter()
+                attn.backward(q, k, v, out, lse, d_out, cu_seqlens=cu_seqlens, **values)
+                times["later backward" if layer else "backward"].append(time.perf_counter() - start)
             record.launches.clear()
         fake_cupy.clear_caches()
-    warm = steps // 5
-    return 1e3 * statistics.median(forward[warm:]), 1e3 * statistics.median(backward[warm:])
+    return tuple(1e3 * statistics.median(t[len(t) // 5:]) for t in times.values() if t)
 
 
 def main() -> None:
@@ -74,14 +76,19 @@ def main() -> None:
     parser.add_argument("--workloads", nargs="+", default=["document", "rm_shared", "hstu_jagged"])
     parser.add_argument("--counts", nargs="+", type=int, default=[9, 64, 256, 1024])
     parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--layers", type=int, default=1, help="a model of this many layers calling the mask")
     args = parser.parse_args()
     print(f"host: {platform.processor() or platform.machine()}, python {platform.python_version()}, "
           f"numpy {np.__version__}")
-    print(f"new runtime values every step, {TOKENS} tokens, median ms of the forward call / its backward call")
+    print(f"new runtime values every step, {TOKENS} tokens, median ms of the forward call / its backward call"
+          + (f"; then those of layers 2-{args.layers}, whose calls differ only in their tensors" if args.layers > 1
+             else ""))
     print(f"{'workload':12s}" + "".join(f"{f'{c} seqs':>16s}" for c in args.counts))
     for workload in args.workloads:
-        cells = [time_step(workload, count, args.steps) for count in args.counts]
-        print(f"{workload:12s}" + "".join(f"{f'{f:.3f} / {b:.3f}':>16s}" for f, b in cells))
+        cells = [time_step(workload, count, args.steps, args.layers) for count in args.counts]
+        print(f"{workload:12s}" + "".join(f"{f'{c[0]:.3f} / {c[1]:.3f}':>16s}" for c in cells))
+        if args.layers > 1:
+            print(f"{'  later':12s}" + "".join(f"{f'{c[2]:.3f} / {c[3]:.3f}':>16s}" for c in cells))
 
 
 if __name__ == "__main__":

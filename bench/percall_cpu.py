@@ -111,7 +111,7 @@ def prepare_backward(attn, q, k, v, out, lse, d_out) -> list:
     accum = (1024 // options.block_q, q.shape[2], options.block_q * options.head_dim) if bwd.fused else None
     made = runtime._BackwardLaunch.of(prepared, _tensor(q), _tensor(k), _tensor(v), tuple(lse.shape), accum, None)
     made.current_stream = lambda: STREAM
-    key = runtime._call_key(q, k, v, None, None, out, lse, {}) + (runtime._tensor_key(d_out),)
+    key = runtime._backward_key(q, k, v, out, lse, d_out, None, None, {})
     attn._backward_launches.put(key, made, prepared)
     return calls
 

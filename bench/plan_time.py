@@ -4,6 +4,7 @@ ahead pays instead (`Attention.plan` in a worker, `attn(..., plan=plan)`): the c
 
     python bench/plan_time.py [--ahead] [--json out.json] [WORKLOAD ...]
     python bench/plan_time.py --packed     # packed batches; packed images and videos; block-sparse layouts
+    python bench/plan_time.py --lists      # masks that read lists per token (document ids) or per member
 """
 
 from __future__ import annotations
@@ -181,13 +182,63 @@ def time_block_layout(n: int, repeats: int = 7) -> float:
     return 1e3 * statistics.median(times[2:])
 
 
+# Masks that read lists the way FlexAttention's users write them (a document id per token, global flags, an
+# interleaved text and image layout), with values for 32768 tokens.
+LIST_MASKS = {
+    "doc_ids": ("mask doc_ids(n: int = 1024, doc: [int] = [])\nsegments:\n    S = n\nrules:\n"
+                "    S -> S   causal where doc[q] == doc[k]\n"),
+    "global_flags": ("mask global_flags(n: int = 1024, w: int = 256, g: [bool] = [])\nsegments:\n    S = n\n"
+                     "rules:\n    S -> S   causal where q - k < w\n    S -> S   where g[q] or g[k]\n"),
+    "image_text": ("mask image_text(lens: [int] = [5], image: [bool] = [false])\nsegments:\n    M[i] = lens[i]\n"
+                   "rules:\n    * -> *       causal\n    M[i] -> M[i] where image[i]\n"),
+}
+
+
+def list_values(rng: np.random.Generator, name: str, tokens: int = 32768) -> dict:
+    """New values of a LIST_MASKS mask: 16 documents (or members, every other one an image) of random lengths,
+    or 1% of the tokens global."""
+    lengths = np.diff(np.concatenate(([0], np.sort(rng.choice(np.arange(1, tokens), 15, replace=False)), [tokens])))
+    if name == "doc_ids":
+        return {"n": tokens, "doc": np.repeat(np.arange(16), lengths)}
+    if name == "global_flags":
+        return {"n": tokens, "g": rng.random(tokens) < 0.01}
+    return {"lens": lengths.tolist(), "image": [i % 2 == 1 for i in range(16)]}
+
+
+def time_lists(name: str, repeats: int = 7) -> tuple[float, int, int]:
+    """Median ms of attn.plan with new values each time (forward and backward tables), the tiles the last plan
+    lists and how many of them it left partial unproven (past the refinement budget)."""
+    import maskc
+
+    attn = maskc.loads(LIST_MASKS[name], arch="sm_90a")
+    rng = np.random.default_rng(0)
+    times = []
+    for _ in range(repeats + 2):
+        values = list_values(rng, name)
+        n = values.pop("n", None)
+        start = time.perf_counter()
+        made = attn.plan(batch=1, n=n if n is not None else int(sum(values["lens"])), **values)
+        times.append(time.perf_counter() - start)
+    stats = made.tables[0].stats
+    return 1e3 * statistics.median(times[2:]), stats.tiles_visited, stats.tiles_conservative
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--json")
     parser.add_argument("--ahead", action="store_true", help="also time adopting a plan made ahead")
     parser.add_argument("workloads", nargs="*", default=ANCHORS)
     parser.add_argument("--packed", action="store_true", help="time packed batches of many sequences instead")
+    parser.add_argument("--lists", action="store_true", help="time masks that read lists per token or per member")
     args = parser.parse_args()
+    if args.lists:
+        print(f"host: {platform.processor() or platform.machine()}, python {platform.python_version()}, numpy {np.__version__}")
+        print("attn.plan with forward and backward tables, 32768 tokens, new values each time (sm_90a tiles)")
+        print(f"{'mask':14s} {'median ms':>10s} {'tiles listed':>13s} {'unproven':>9s}")
+        for name in LIST_MASKS:
+            ms, listed, unproven = time_lists(name)
+            print(f"{name:14s} {ms:10.2f} {listed:13d} {unproven:9d}")
+        return
     if args.packed:
         print(f"host: {platform.processor() or platform.machine()}, python {platform.python_version()}, numpy {np.__version__}")
         print("attn.plan(cu_seqlens=...) with forward and backward tables, 32768 tokens, new lengths each time, median ms")

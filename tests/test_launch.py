@@ -20,7 +20,8 @@ from fake_cupy import clear_caches, install, ndarray
 from small_configs import SMALL, packed_call
 
 import maskc
-from maskc.runtime import BACKWARD_SLOTS
+from maskc import runtime
+from maskc.runtime import BACKWARD_SLOTS, KEY_TABLE_ARGS, TABLE_ARGS
 from maskc.runtime.launch import LaunchCache
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -134,23 +135,75 @@ def test_a_repeated_forward_launches_what_the_first_prepared_with_its_new_output
 
 
 def test_every_layer_of_a_deep_model_finds_its_launch_again(fake, monkeypatch):
-    # A model of 40 layers calls one mask, each layer with tensors of its own: from the second step on, no call
-    # is checked or prepared again, forward or backward.
+    # A model of 40 layers calls one mask, each layer with tensors of its own: a step checks, plans and prepares
+    # once, forward and backward (its first layer), and the other layers re-point that launch at their tensors;
+    # the step after finds every layer's launch, and new runtime values begin again.
     attn = maskc.load(CAUSAL, arch="sm_90a", head_dim=128, dtype="fp16")
     fake(attn)
     layers = [_inputs(128, True) for _ in range(40)]
-    cu_seqlens = np.array([0, 100, N], dtype=np.int32)
     prepared = []
     for name in ("_call", "_prepare_backward"):
         original = getattr(maskc.Attention, name)
         monkeypatch.setattr(maskc.Attention, name, functools.partialmethod(
             lambda self, *args, _original=original, _name=name: prepared.append(_name) or _original(self, *args)))
-    for _ in range(3):
+    rebound = []
+    for cls in (runtime._Launch, runtime._BackwardLaunch):
+        original = cls.rebound
+        monkeypatch.setattr(cls, "rebound", lambda self, addresses, _original=original:
+                            rebound.append(addresses) or _original(self, addresses))
+    for cu_seqlens in ([0, 100, N], [0, 100, N], [0, 30, N]):
         for q, k, v, out, lse, d_out in layers:
-            attn(q, k, v, cu_seqlens=cu_seqlens)
+            attn(q, k, v, cu_seqlens=np.array(cu_seqlens, dtype=np.int32))
         for q, k, v, out, lse, d_out in reversed(layers):
-            attn.backward(q, k, v, out, lse, d_out, cu_seqlens=cu_seqlens)
-    assert prepared == ["_call"] * 40 + ["_prepare_backward"] * 40
+            attn.backward(q, k, v, out, lse, d_out, cu_seqlens=np.array(cu_seqlens, dtype=np.int32))
+    assert prepared == ["_call", "_prepare_backward"] * 2
+    assert len(rebound) == 2 * 2 * 39
+
+
+REPOINTED = [("causal", "sm_90a", 128), ("causal", "sm_80", 64), ("sliding_window", "sm_90a", 64),
+             ("full", "sm_90a", 256)]
+
+
+@pytest.mark.parametrize(("name", "arch", "head_dim"), REPOINTED)
+def test_a_launch_re_pointed_at_other_tensors_is_the_one_a_checked_call_prepares(fake, name, arch, head_dim):
+    first, second = _inputs(head_dim, False), _inputs(head_dim, False)
+
+    def launched(calls) -> list[dict]:
+        """The arguments of the last call's forward and backward launches, kernel by kernel."""
+        attn = maskc.load(EXAMPLES / f"{name}.mask", arch=arch, head_dim=head_dim, dtype="fp16")
+        record = fake(attn)
+        for q, k, v, out, lse, d_out in calls:
+            attn(q, k, v)
+            attn.backward(q, k, v, out, lse, d_out)
+        options = attn.compiled.options
+        kernels = [options.family.forward_args] + [options.backward.args] * len(options.backward.kernels)
+        return [_args(a, launch) for a, launch in zip(kernels, record.launches[-len(kernels):])]
+
+    repointed = launched([first, second])  # the second call re-points the first one's launches
+    clear_caches()
+    checked = launched([second])
+    # The same plan's tables and the scheduler's counters, made again after clear_caches; the outputs, new at
+    # every call (a first call also gives the forward a buffer for LSE, which a repeated one leaves out).
+    made_again = set(TABLE_ARGS + KEY_TABLE_ARGS) | {"work_counter"}
+    for a, b in zip(repointed, checked, strict=True):
+        new_at_every_call = set(BACKWARD_SLOTS) | {"dq_accum"} if "dq" in a else {"o", "lse"}
+        assert {n for n in a if a[n] != b[n]} - made_again <= new_at_every_call
+        assert a["q"] == _pointer(second[0]) if "q" in a else a["tm_q"][:8] == _pointer(second[0])
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_a_layer_whose_tensors_the_kernels_cannot_read_is_refused_not_re_pointed(fake, backward):
+    attn = maskc.load(CAUSAL, arch="sm_90a", head_dim=128, dtype="fp16")
+    fake(attn)
+    q, k, v, out, lse, d_out = _inputs(128, False)
+    attn(q, k, v)
+    attn.backward(q, k, v, out, lse, d_out)
+    moved = ndarray(q.shape, ptr=q.data.ptr + 8 * 4096 + 2)  # the same signature, rows 2 bytes off 16
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        if backward:
+            attn.backward(q, k, v, out, lse, moved)
+        else:
+            attn(moved, k, v)
 
 
 def test_the_launches_kept_are_those_of_the_most_recent_plans():
@@ -348,6 +401,8 @@ def test_any_call_launches_or_says_what_is_wrong(call, backward):
             _call_twice(attn, install(monkeypatch, _signatures(attn)), backward, *call)
         finally:
             clear_caches()
+            attn._launches.clear()  # (their kernels are this example's fakes)
+            attn._backward_launches.clear()
 
 
 def _call_twice(attn, record, backward, q, k, v, keywords, outputs, given):

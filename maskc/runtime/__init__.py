@@ -13,7 +13,7 @@ import math
 import numbers
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -249,6 +249,9 @@ class Attention:
         prepared = self._launches.get(key) if key is not None else None
         if prepared is not None:
             return prepared.run(q, out, lse, return_lse)
+        prepared = _repointed(self._launches, key)
+        if prepared is not None:  # the call of another layer: its own tensors, all else the same
+            return prepared.run(q, out, lse, return_lse)
         result = self._call(checked or self._inputs(q, k, v, cu_seqlens, scale, params), out, lse)
         if key is not None and result.launch is not None:
             self._launches.put(key, result.launch, result.plan)
@@ -330,6 +333,8 @@ class Attention:
         key = _backward_key(q, k, v, out, lse, d_out, cu_seqlens, scale, params)
         launch = self._backward_launches.get(key) if key is not None else None
         if launch is None:
+            launch = _repointed(self._backward_launches, key)
+        if launch is None:
             launch, plan = self._prepare_backward(checked or self._inputs(q, k, v, cu_seqlens, scale, params), out,
                                                   lse, d_out)
             if key is not None:
@@ -358,9 +363,10 @@ class Attention:
             return _BackwardLaunch.of(None, tq, tk, tv, x.lse_shape, None, nondeterministic), desc
         key_tables = compiled.key_tables(desc, tables)
         stream = _stream(tq)
-        named = {"q": tq, "k": tk, "v": tv, "o": to, "dout": tdo}
-        values = {name: t.ptr for name, t in named.items()} | {"lse": tl.ptr}
-        for name, t in named.items():
+        tensors = (tq, tk, tv, to, tl, tdo)  # in _backward_key's order
+        arguments = functools.partial(_backward_tensor_arguments, compiled, x.packed, tables.seq_table)
+        values = arguments(*tensors)
+        for name, t in {"q": tq, "k": tk, "v": tv, "o": to, "dout": tdo}.items():
             values.update(zip(_STRIDES[name], _token_strides(t.strides, x.packed)))
         for name, t in (("dq", tq), ("dk", tk), ("dv", tv)):  # new contiguous tensors at every call (BACKWARD_SLOTS)
             values.update(zip(_STRIDES[name], _token_strides(_contiguous_strides(t.shape), x.packed)))
@@ -373,16 +379,11 @@ class Attention:
         slots = BACKWARD_SLOTS + (("dq_accum",) if bwd.fused else ())
         values.update(dict.fromkeys(slots, 0))  # set by every launch
         if "tm_q" in _names(bwd.args):  # the Hopper kernels read through TMA tensor maps
-            q_run, k_run = min(compiled.tiling.run("q"), bwd.q_step), compiled.tiling.run("k")
-            values.update(_tensor_maps(options, x.packed, {"q": (tq, q_run), "dout": (tdo, q_run), "k": (tk, k_run),
-                                                           "v": (tv, k_run)}))
             values["packed"] = int(x.packed)
             multiprocessors = _multiprocessors(tq.device)
             values["long_query_items"], values["long_key_items"] = _per_plan(
                 "long items", desc, tq.device, lambda: (long_items(desc.row_ptr, multiprocessors),
                                                         long_items(key_tables.col_ptr, multiprocessors)))
-            values.update(_grid_boxes(compiled, x.packed, tables.seq_table, values,
-                                      {"q": (tq, "q", bwd.q_step), "dout": (tdo, "q", bwd.q_step)}))
         import cupy
 
         def backward_kernels():  # dQ (or prep) first: it writes delta
@@ -394,7 +395,8 @@ class Attention:
 
         kernels = _per_plan(("backward kernels", compiled.backward_cubin, hq, hkv), desc, tq.device, backward_kernels)
         prepared = PreparedLaunch(kernels, cupy.cuda.Device(tq.device), bwd.args, values, slots, device_tables)
-        return _BackwardLaunch.of(prepared, tq, tk, tv, x.lse_shape, dq_accum_shape, nondeterministic), desc
+        return _BackwardLaunch.of(prepared, tq, tk, tv, x.lse_shape, dq_accum_shape, nondeterministic,
+                                  _repointing(arguments, tensors, rows=(True, True, True, True, False, True))), desc
 
     def _prepare(self, tq, tk, tv, to, tl, packed, desc, tables, scale, lse_shape):
         """Everything a launch needs, packed once; None when there is nothing to launch."""
@@ -417,16 +419,13 @@ class Attention:
             "num_heads": hq, "kv_group": hq // hkv, "scale_log2": scale * math.log2(math.e),
             **dict(zip(TABLE_ARGS, device_tables.pointers)),
         }
+        arguments = functools.partial(_forward_tensor_arguments, compiled, packed, tables.seq_table)
+        values.update(arguments(tq, tk, tv))
         names = _names(family.forward_args)
         if "q" in names:  # the portable kernel reads Q, K and V through pointers
-            for t, x in (("q", tq), ("k", tk), ("v", tv)):
-                values[t] = x.ptr
+            for t in ("q", "k", "v"):
                 values.update(zip(_STRIDES[t], strides[t]))
         if "tm_q" in names:  # the Hopper kernels read them through TMA tensor maps
-            q_run, k_run = compiled.tiling.run("q"), compiled.tiling.run("k")
-            values.update(_tensor_maps(options, packed, {"q": (tq, q_run), "k": (tk, k_run), "v": (tv, k_run)}))
-            key_tiles = {"k": (tk, "k", options.block_k), "v": (tv, "k", options.block_k)}
-            values.update(_grid_boxes(compiled, packed, tables.seq_table, values, key_tiles))
             values["packed"] = int(packed)
             values["total_work"] = work_items * hq
             values["head_major_first"], values["head_major_last"] = _per_plan("head-major run", desc, tq.device,
@@ -437,7 +436,7 @@ class Attention:
             family.grid(work_items, hq, _multiprocessors(tq.device)), family.threads))
         prepared = PreparedLaunch((kernel,), cupy.cuda.Device(tq.device), family.forward_args, values, ("o", "lse"),
                                   device_tables)
-        return _Launch.of(prepared, tq, lse_shape)
+        return _Launch.of(prepared, tq, lse_shape, _repointing(arguments, (tq, tk, tv), rows=(True, True, True)))
 
 
 @dataclass(frozen=True)
@@ -533,6 +532,61 @@ def _grid_box_maps(compiled, packed, seq_table, tensors) -> dict[str, object] | 
     return maps | {"grid_boxes": 1, "box_seq_tokens": steps.pop()}
 
 
+def _forward_tensor_arguments(compiled, packed: bool, seq_table: np.ndarray, tq: _Tensor, tk: _Tensor,
+                              tv: _Tensor) -> dict[str, object]:
+    """The forward's arguments that depend on where q, k and v are: their addresses (the portable kernel), or
+    the TMA maps of them (the Hopper kernel)."""
+    options = compiled.options
+    if "q" in _names(options.family.forward_args):
+        return {"q": tq.ptr, "k": tk.ptr, "v": tv.ptr}
+    q_run, k_run = compiled.tiling.run("q"), compiled.tiling.run("k")
+    maps = _tensor_maps(options, packed, {"q": (tq, q_run), "k": (tk, k_run), "v": (tv, k_run)})
+    key_tiles = {"k": (tk, "k", options.block_k), "v": (tv, "k", options.block_k)}
+    return maps | _grid_boxes(compiled, packed, seq_table, maps, key_tiles)
+
+
+def _backward_tensor_arguments(compiled, packed: bool, seq_table: np.ndarray, tq: _Tensor, tk: _Tensor,
+                               tv: _Tensor, to: _Tensor, tl: _Tensor, tdo: _Tensor) -> dict[str, object]:
+    """The backward's arguments that depend on where its tensors are: their addresses, and for the Hopper
+    kernels the TMA maps of q, dO, k and v."""
+    bwd = compiled.options.backward
+    values = {"q": tq.ptr, "k": tk.ptr, "v": tv.ptr, "o": to.ptr, "lse": tl.ptr, "dout": tdo.ptr}
+    if "tm_q" in _names(bwd.args):
+        q_run, k_run = min(compiled.tiling.run("q"), bwd.q_step), compiled.tiling.run("k")
+        maps = _tensor_maps(compiled.options, packed, {"q": (tq, q_run), "dout": (tdo, q_run), "k": (tk, k_run),
+                                                       "v": (tv, k_run)})
+        query_steps = {"q": (tq, "q", bwd.q_step), "dout": (tdo, "q", bwd.q_step)}
+        values |= maps | _grid_boxes(compiled, packed, seq_table, maps, query_steps)
+    return values
+
+
+def _repointing(arguments: Callable[..., dict], tensors: tuple[_Tensor, ...], rows: tuple[bool, ...]):
+    """A function of addresses (the first part of `_call_key`, in `tensors`' order) that gives `arguments` of
+    the same tensors there: what a launch prepared for these tensors needs, re-pointed at another layer's. None
+    where an address the kernels read rows from (`rows`) is not 16-byte aligned (the checked call says why).
+    Holds none of the tensors."""
+    kept = tuple(_Tensor(t.name, t.library, t.shape, t.strides, t.dtype, t.device, 0, False, None) for t in tensors)
+
+    def at(addresses: tuple[int, ...]) -> dict | None:
+        if any(row and address % _ALIGN for row, address in zip(rows, addresses)):
+            return None
+        return arguments(*(_Tensor(t.name, t.library, t.shape, t.strides, t.dtype, t.device, address, False, None)
+                           for t, address in zip(kept, addresses)))
+    return at
+
+
+def _repointed(cache: LaunchCache, key: tuple | None):
+    """The launch of a call whose tensors are new but whose signature is not (`key`: its _call_key): the
+    signature's latest launch re-pointed at them and kept for `key`; None where there is none to re-point."""
+    like = cache.like(key) if key is not None else None
+    if like is None:
+        return None
+    launch = like[0].rebound(key[0])
+    if launch is not None:
+        cache.put(key, launch, like[1])
+    return launch
+
+
 def _packed(cu_seqlens, total: int | None = None) -> tuple[list[int], np.ndarray]:
     """(lengths, token offsets) of a packed batch from its cu_seqlens, checked: from 0, never decreasing, and ending
     at the tensors' token count T where there are tensors."""
@@ -571,12 +625,18 @@ class _Launch:
     pointer: Callable[[object], int]
     new_out: Callable[[object], object]  # of q
     new_lse: Callable[[object], object]  # of q
+    arguments: Callable[[tuple], dict | None] | None = None  # addresses -> arguments of tensors there (_repointing)
 
     @staticmethod
-    def of(prepared: PreparedLaunch, tq: _Tensor, lse_shape: tuple) -> "_Launch":
+    def of(prepared: PreparedLaunch, tq: _Tensor, lse_shape: tuple, arguments=None) -> "_Launch":
         # (Nothing here may hold the first call's tensors: a prepared launch lives as long as the cache keeps it.)
         return _Launch(prepared, current_stream_of(tq.library, tq.device), _pointer_function(tq), _new_like(tq),
-                       _new_float32(tq, lse_shape))
+                       _new_float32(tq, lse_shape), arguments)
+
+    def rebound(self, addresses: tuple[int, ...]) -> "_Launch | None":
+        """This launch for the same signature's tensors at `addresses` (another layer's q, k and v), or None."""
+        values = None if self.arguments is None else self.arguments(addresses)
+        return None if values is None else replace(self, prepared=self.prepared.with_arguments(values))
 
     def launch(self, out, lse) -> None:
         """Launch on the current stream, writing `out` and `lse` (None: the kernel writes no LSE)."""
@@ -629,17 +689,25 @@ class _BackwardLaunch:
     new_dv: Callable[[object], object]  # of v
     new_scratch: Callable[[object], object]  # of q
     scratch_offsets: tuple[int, ...]  # bytes from the scratch buffer's start to delta (0) and dq_accum
+    arguments: Callable[[tuple], dict | None] | None = None  # as _Launch's
 
     @staticmethod
     def of(prepared, tq: _Tensor, tk: _Tensor, tv: _Tensor, lse_shape: tuple, dq_accum_shape: tuple | None,
-           nondeterministic: str | None) -> "_BackwardLaunch":
+           nondeterministic: str | None, arguments=None) -> "_BackwardLaunch":
         # (Nothing here may hold the first call's tensors: a prepared launch lives as long as the cache keeps it.)
         delta = -(-math.prod(lse_shape) // _SCRATCH_ALIGN) * _SCRATCH_ALIGN
         accum = 0 if dq_accum_shape is None else math.prod(dq_accum_shape)
         offsets = (0,) if dq_accum_shape is None else (0, 4 * delta)
         return _BackwardLaunch(prepared, nondeterministic, current_stream_of(tq.library, tq.device),
                                _pointer_function(tq), _new_like(tq), _new_like(tk), _new_like(tv),
-                               _new_float32(tq, (delta + accum,)), offsets)
+                               _new_float32(tq, (delta + accum,)), offsets, arguments)
+
+    def rebound(self, addresses: tuple[int, ...]) -> "_BackwardLaunch | None":
+        """As `_Launch.rebound`, for q, k, v, out, lse and d_out at `addresses`."""
+        if self.prepared is None:  # nothing to launch, wherever the tensors are
+            return self
+        values = None if self.arguments is None else self.arguments(addresses)
+        return None if values is None else replace(self, prepared=self.prepared.with_arguments(values))
 
     def run(self, q, k, v) -> tuple:
         """(dq, dk, dv): new tensors, written by the kernels on the current stream. The scratch is freed once
@@ -704,49 +772,65 @@ _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _call_key(q, k, v, cu_seqlens, scale, out, lse, params) -> tuple | None:
-    """What determines a launch, cheaply: the tensors (address, shape, strides, dtype, device), the
-    runtime values, the options. None when a call cannot be keyed safely (a CuPy cu_seqlens, whose
-    content could change unseen); such calls always take the checked path. A cu_seqlens on the host is keyed
-    by its content. One on the GPU (whose content would cost a synchronisation) is keyed by the tensor itself
-    and its version counter (an in-place torch update changes it); the key holds the tensor, so that a new
-    tensor cannot take its id and address while the key is cached (a training step's new cu_seqlens often
-    would, and would find the last step's plan)."""
+    """What determines a launch, cheaply, as a pair: the addresses of q, k and v, and the call's signature
+    (their shapes, strides, dtypes and devices, the scale, out= and lse= where given, the runtime values). A
+    launch prepared for one signature serves another address of it once re-pointed (another layer of a model:
+    `_Launch.rebound`). None when a call cannot be keyed safely (a CuPy cu_seqlens, whose content could change
+    unseen); such calls always take the checked path. A cu_seqlens on the host is keyed by its content. One on
+    the GPU (whose content would cost a synchronisation) is keyed by the tensor itself and its version counter
+    (an in-place torch update changes it); the key holds the tensor, so that a new tensor cannot take its id
+    and address while the key is cached (a training step's new cu_seqlens often would, and would find the last
+    step's plan)."""
     try:
         if type(q).__module__.startswith("torch"):  # the usual call, spelled out (a repeated call has ~15 us)
-            tensors = (q.data_ptr(), q.shape, q.stride(), q.dtype, q.device, k.data_ptr(), k.shape, k.stride(),
-                       k.dtype, k.device, v.data_ptr(), v.shape, v.stride(), v.dtype, v.device)
+            addresses = (q.data_ptr(), k.data_ptr(), v.data_ptr())
+            layout = (q.shape, q.stride(), q.dtype, q.device, k.shape, k.stride(), k.dtype, k.device, v.shape,
+                      v.stride(), v.dtype, v.device)
         else:
-            tensors = _tensor_key(q) + _tensor_key(k) + _tensor_key(v)
-        parts = [scale, None if out is None else _tensor_key(out), None if lse is None else _tensor_key(lse)]
-        if cu_seqlens is not None:
-            mod = type(cu_seqlens).__module__
-            if mod.startswith("torch") and cu_seqlens.device.type == "cpu":
-                parts.append(("torch", cu_seqlens.dtype, cu_seqlens.numpy().tobytes()))
-            elif mod.startswith("torch"):
-                parts.append(("torch", _Held(cu_seqlens), cu_seqlens.data_ptr(), cu_seqlens._version,
-                              cu_seqlens.device))
-            elif isinstance(cu_seqlens, np.ndarray):
-                parts.append(("numpy", cu_seqlens.dtype.str, cu_seqlens.tobytes()))
-            elif isinstance(cu_seqlens, (list, tuple)):
-                parts.append(("list", tuple(cu_seqlens)))
-            else:
-                return None
-        if params:
-            parts.append(frozen_values(params))
-        rest = tuple(parts)
-        hash(rest)  # (the tensors' part always hashes)
-        return tensors + rest
+            addresses, layout = _addresses_and_layout((q, k, v))
+        return _key(addresses, [scale, layout, None if out is None else _tensor_key(out),
+                                None if lse is None else _tensor_key(lse)], cu_seqlens, params)
     except (TypeError, AttributeError, ValueError, RuntimeError):  # unusual inputs: the checked path says what
         return None  # is wrong
 
 
 def _backward_key(q, k, v, out, lse, d_out, cu_seqlens, scale, params) -> tuple | None:
-    """`_call_key` for a backward call: its outputs and d_out are inputs too."""
-    key = _call_key(q, k, v, cu_seqlens, scale, out, lse, params)
+    """`_call_key` for a backward call: its outputs and d_out are inputs too, and re-pointed like q, k and v."""
     try:
-        return None if key is None else key + (_tensor_key(d_out),)
-    except (TypeError, AttributeError, ValueError):  # not a tensor: the checked path says so
+        addresses, layout = _addresses_and_layout((q, k, v, out, lse, d_out))
+        return _key(addresses, [scale, layout], cu_seqlens, params)
+    except (TypeError, AttributeError, ValueError, RuntimeError):
         return None
+
+
+def _addresses_and_layout(tensors: tuple) -> tuple[tuple, tuple]:
+    """The tensors' addresses, and their shapes, strides, dtypes and devices."""
+    if type(tensors[0]).__module__.startswith("torch"):
+        return (tuple([t.data_ptr() for t in tensors]),
+                tuple([(t.shape, t.stride(), t.dtype, t.device) for t in tensors]))
+    return tuple([t.data.ptr for t in tensors]), tuple([(t.shape, t.strides, t.dtype.str, t.device.id) for t in tensors])
+
+
+def _key(addresses: tuple, parts: list, cu_seqlens, params) -> tuple | None:
+    """(addresses, the rest of the call: `parts`, then cu_seqlens and the runtime values); raises TypeError and
+    the like for inputs that are not what they should be."""
+    if cu_seqlens is not None:
+        mod = type(cu_seqlens).__module__
+        if mod.startswith("torch") and cu_seqlens.device.type == "cpu":
+            parts.append(("torch", cu_seqlens.dtype, cu_seqlens.numpy().tobytes()))
+        elif mod.startswith("torch"):
+            parts.append(("torch", _Held(cu_seqlens), cu_seqlens.data_ptr(), cu_seqlens._version, cu_seqlens.device))
+        elif isinstance(cu_seqlens, np.ndarray):
+            parts.append(("numpy", cu_seqlens.dtype.str, cu_seqlens.tobytes()))
+        elif isinstance(cu_seqlens, (list, tuple)):
+            parts.append(("list", tuple(cu_seqlens)))
+        else:
+            return None
+    if params:
+        parts.append(frozen_values(params))
+    rest = tuple(parts)
+    hash(rest)  # (the addresses always hash)
+    return addresses, rest
 
 
 class _Held:

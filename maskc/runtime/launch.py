@@ -11,6 +11,7 @@ goes straight to the driver: 37 us of host time per call against 51 us through C
 from __future__ import annotations
 
 import array
+import copy
 import ctypes
 import functools
 import os
@@ -76,8 +77,14 @@ class PreparedLaunch:
         self._device_id = getattr(device, "id", None)
         self._current_device = _current_device_function()
         abi.check_names(args, values)
-        # Every argument in one buffer, packed by one struct call; the slots in an array of their own, which a
-        # launch sets in one assignment; the driver gets each argument's address.
+        self._keep = keep  # device tables the arguments point to: alive as long as this launch
+        self._pack(values, slots)
+
+    def _pack(self, values: dict[str, object], slots: tuple[str, ...]) -> None:
+        """Every argument in one buffer, packed by one struct call; the slots in an array of their own, which a
+        launch sets in one assignment; the driver gets each argument's address."""
+        args = self._args
+        self._values, self._slot_names = values, slots  # (for with_arguments)
         layout, offsets = _layout(args)
         self._buffer = (ctypes.c_uint8 * (layout.size + _BUFFER_ALIGN))()
         base = ctypes.addressof(self._buffer)
@@ -99,7 +106,13 @@ class PreparedLaunch:
             at = self._shift + offsets[names.index("work_counter")]
             self._counter = ctypes.c_uint64.from_buffer(self._buffer, at)
         self._lock = threading.Lock()  # the slots are shared by every call of this launch
-        self._keep = keep  # device tables the arguments point to: alive as long as this launch
+
+    def with_arguments(self, values: dict[str, object]) -> "PreparedLaunch":
+        """The same kernels and slots with the arguments `values` (by name) replaced: another layer's tensors.
+        (Arguments named already: no checks; a buffer, slots and lock of its own.)"""
+        new = copy.copy(self)
+        new._pack(self._values | values, self._slot_names)
+        return new
 
     def launch(self, stream_handle: int, *pointers: int) -> None:
         """Run the kernels on the stream, the slots' arguments first set to `pointers` (one for each)."""
@@ -145,8 +158,9 @@ class PreparedLaunch:
 
 
 class LaunchCache:
-    """Prepared launches by call key (`maskc.runtime._call_key`), kept for the calls of the `plans` most recent
-    plans, `launches` of them at most in all.
+    """Prepared launches by call key (`maskc.runtime._call_key`: the tensors' addresses, and the rest of the
+    call), kept for the calls of the `plans` most recent plans, `launches` of them at most in all; and by the
+    rest of the call alone (`like`), the latest launch of it, which a call with other tensors re-points.
 
     A model calls one mask from each of its layers, each layer with tensors of its own: L layers are L keys of
     one plan, called in turn. A cache bounded by keys alone drops every one of them before its next call once L
@@ -159,7 +173,14 @@ class LaunchCache:
         self._launches: dict = {}  # key -> launch, oldest first (a call looks here first: one dict look-up)
         self._plan_of: dict = {}  # key -> id of its plan
         self._plans: OrderedDict = OrderedDict()  # id(plan) -> (plan, its keys), least recently added to first
+        self._latest: dict = {}  # key[1] -> the latest key with it
         self.get = self._launches.get  # get(key): the launch or None (the dict's own method: no Python frame)
+
+    def like(self, key) -> tuple[object, object] | None:
+        """(launch, plan) of the latest call kept with the same signature as `key` (key[1]) but other tensors, or
+        None."""
+        other = self._latest.get(key[1])
+        return None if other is None else (self._launches[other], self._plans[self._plan_of[other]][0])
 
     def put(self, key, launch, plan) -> None:
         """Keep `launch` for `key`; `plan` is what it was prepared from (its descriptor), held so that its id
@@ -172,10 +193,13 @@ class LaunchCache:
         entry[1].add(key)
         self._launches[key] = launch
         self._plan_of[key] = id(plan)
+        self._latest[key[1]] = key
         while len(self._plans) > self._max_plans:
             _, (_, keys) = self._plans.popitem(last=False)
             for old in keys:
                 del self._launches[old], self._plan_of[old]
+                if self._latest.get(old[1]) == old:
+                    del self._latest[old[1]]
         while len(self._launches) > self._max_launches:
             self._forget(next(iter(self._launches)))
 
@@ -184,6 +208,8 @@ class LaunchCache:
         if plan is None:
             return
         del self._launches[key]
+        if self._latest.get(key[1]) == key:
+            del self._latest[key[1]]
         keys = self._plans[plan][1]
         keys.discard(key)
         if not keys:
@@ -202,6 +228,7 @@ class LaunchCache:
         self._launches.clear()
         self._plan_of.clear()
         self._plans.clear()
+        self._latest.clear()
 
 
 @lru_cache(maxsize=1)
