@@ -258,6 +258,9 @@ MEMBER_LISTS = {
     # Documents, each with a window of its own.
     "windows": ("mask windows(lens: [int] = [5], w: [int] = [1])\nsegments:\n    D[i] = lens[i]\nrules:\n"
                 "    D[i] -> D[i] causal where q - k < w[i] + 1\n"),
+    # Prefix-LM documents packed: each document's own prefix is seen by all of it.
+    "prefixes": ("mask prefixes(lens: [int] = [5], w: [int] = [1])\nsegments:\n    D[i] = lens[i]\nrules:\n"
+                 "    D[i] -> D[i] causal\n    D[i] -> D[i] where k.pos < w[i]\n"),
 }
 
 
@@ -266,7 +269,8 @@ MEMBER_LISTS = {
 @given(data=st.data(), config=st.sampled_from(CONFIGS))
 def test_the_fast_path_reads_a_members_own_list_entries(name, data, config):
     # A family member's own entry of a list (`image[i]`, `w[i]`) is constant along its rows: row intervals
-    # in closed form, as for a parameter (the general search took 40-50 ms for such a mask at 32K tokens).
+    # in closed form, as for a parameter (the general search took 40-50 ms for such a mask at 32K tokens), and
+    # so are a key's facts in the query's own member (`k.pos`).
     compiled = compile_text(MEMBER_LISTS[name], KernelOptions(), {})
     assert takes_fast_path(compiled)
     sequences = []

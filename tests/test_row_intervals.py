@@ -95,6 +95,27 @@ def test_the_usual_forms_have_row_intervals():
     assert ir.show(written_the_other_way.lo) == "max(start(S), -(-q - 3) - w + 1)"  # k > q + 3 - w
 
 
+KEY_FACTS = [
+    ("D[i] -> D[i] where k.pos < w", "D[i] = docs[i]"),                        # a prefix of each member
+    ("D[i] -> D[i] where k.pos < docs[i] - 1 and k <= q", "D[i] = docs[i]"),  # the member's own list entry
+    ("D[i] -> D[i] where q.pos - k.pos < w and k <= q", "D[i] = docs[i]"),    # a window, member-relative
+    ("S -> P where k.pos >= 1", "P = 4\n    S = n - 4"),                      # a plain segment's own start
+    ("S -> S where k.pos <= q.pos", "S = n"),
+]
+
+
+@pytest.mark.parametrize("rules, segments", KEY_FACTS)
+def test_a_keys_facts_are_bounds_where_its_segment_is_known(rules, segments):
+    # k.pos (and the key's member) read where the key's segment is the query's own member, or one plain
+    # segment: an interval of keys per row, exact against brute force.
+    text = f"mask m(n: int = 64, w: int = 8, docs: [int] = [3, 5])\nsegments:\n    {segments}\nrules:\n    {rules}\n"
+    assert rows_of(rules, segments) != [None]
+    compiled = compile_text(text, KernelOptions(), {})
+    sequences = [{"n": 40 if "n" in segments else sum(docs), "w": w, "docs": docs}  # (members fix their own n)
+                 for w in (0, 2, 9) for docs in ([3, 5, 12], [0, 7], [20, 1, 1, 2])]
+    assert check_rows(compiled, sequences) == 1
+
+
 @pytest.mark.parametrize("rules, segments", [
     ("S -> S where abs(q - k) >= w", "S = n"),               # outside a window: two intervals
     ("S -> S where abs(q - 2 * k) <= w", "S = n"),           # coefficient 2 inside abs

@@ -11,6 +11,10 @@ A region (q side Q, k side K, predicate P) has the form when
   (`k` in q's own member: `q.start <= k < q.end`), or a comparison affine in `k` with coefficient +-1
   (`k <= q`, `q - k < w`, `k == q`, ...), or such an expression's `abs` below a bound (`abs(q - k) <= w`);
 - the conjuncts that do not read the key stay as a condition on the row.
+
+Where the key's segment is known from the query's (K one plain segment; or the same family as Q, with
+`q.member == k.member`), the key's facts are the query's or that segment's: `k.pos` is `k - q.start` (or
+`k - start(K)`), `k.start`, `k.end` and `k.member` likewise, so `k.pos < prefix[i]` is a bound on k too.
 """
 
 from __future__ import annotations
@@ -101,6 +105,30 @@ def _fold(op: str, parts: list[ir.Expr]) -> ir.Expr:
     return simplify(ir.fold(op, parts))
 
 
+def _key_bounds(c: ir.Compare) -> tuple[list[ir.Expr], list[ir.Expr]] | None:
+    return _bounds(c) or _abs_bounds(c)
+
+
+def _known_key_facts(program: ir.Program, region: ir.Region, c: ir.Compare, own_member: bool) -> ir.Compare:
+    """`c` with the key's facts other than its index written as the query's or its segment's, where the key's
+    segment is known: the query's own member (`own_member`), or the k side's one plain segment."""
+    if own_member:
+        start, end, member = ir.Token("q", "start"), ir.Token("q", "end"), ir.Member("q")
+    elif len(region.k.segments) == 1 and program.segment(region.k.segments[0]).kind != "family":
+        name = region.k.segments[0]
+        start, end, member = ir.SegmentBound(name, False), ir.SegmentBound(name, True), None
+    else:
+        return c
+    facts = {ir.Token("k", "start"): start, ir.Token("k", "end"): end,
+             ir.Token("k", "pos"): ir.Binary("-", _K, start)}
+    if member is not None:
+        facts[ir.Member("k")] = member
+
+    def known(node: ir.Expr) -> ir.Expr:
+        return facts.get(node, node) if isinstance(node, (ir.Token, ir.Member)) else node
+    return ir.rewrite(c, known)
+
+
 def row_intervals(program: ir.Program, region: ir.Region) -> ir.RowIntervals | None:
     symbols = [program.segment_index(s) for s in region.k.segments]
     if symbols != list(range(symbols[0], symbols[-1] + 1)):
@@ -108,17 +136,19 @@ def row_intervals(program: ir.Program, region: ir.Region) -> ir.RowIntervals | N
     lows: list[ir.Expr] = [ir.SegmentBound(region.k.segments[0], False)]
     highs: list[ir.Expr] = [ir.SegmentBound(region.k.segments[-1], True)]
     row: list[ir.Expr] = []
-    for c in ir.conjuncts(region.pred):
+    conjuncts = ir.conjuncts(region.pred)
+    single_family = (region.q.segments == region.k.segments and len(region.k.segments) == 1
+                     and program.segment(region.k.segments[0]).kind == "family")
+    own_member = single_family and any(_same_member(c) for c in conjuncts)
+    for c in conjuncts:
         if not ir.uses_side(c, "k"):
             row.append(c)
         elif _same_member(c):
-            single_family = (region.q.segments == region.k.segments and len(region.k.segments) == 1
-                             and program.segment(region.k.segments[0]).kind == "family")
             if not single_family:
                 return None
             lows.append(ir.Token("q", "start"))
             highs.append(ir.Token("q", "end"))
-        elif isinstance(c, ir.Compare) and (b := _bounds(c) or _abs_bounds(c)) is not None:
+        elif isinstance(c, ir.Compare) and (b := _key_bounds(_known_key_facts(program, region, c, own_member))):
             lows.extend(b[0])
             highs.extend(b[1])
         else:
