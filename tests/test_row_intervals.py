@@ -101,6 +101,10 @@ KEY_FACTS = [
     ("D[i] -> D[i] where q.pos - k.pos < w and k <= q", "D[i] = docs[i]"),    # a window, member-relative
     ("S -> P where k.pos >= 1", "P = 4\n    S = n - 4"),                      # a plain segment's own start
     ("S -> S where k.pos <= q.pos", "S = n"),
+    ("D[i] -> D[j] where j < i", "D[i] = docs[i]"),                          # earlier members (chat turns)
+    ("D[i] -> D[j] where i <= j and k <= q", "D[i] = docs[i]"),
+    ("D[i] -> D[j] where j > i", "D[i] = docs[i]"),
+    ("D[i] -> D[j] where i >= j and k <= q", "D[i] = docs[i]"),
 ]
 
 

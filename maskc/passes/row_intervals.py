@@ -15,6 +15,8 @@ A region (q side Q, k side K, predicate P) has the form when
 Where the key's segment is known from the query's (K one plain segment; or the same family as Q, with
 `q.member == k.member`), the key's facts are the query's or that segment's: `k.pos` is `k - q.start` (or
 `k - start(K)`), `k.start`, `k.end` and `k.member` likewise, so `k.pos < prefix[i]` is a bound on k too.
+Where Q and K are one family, its members lie in order: `k.member < q.member` (`T[i] -> T[j] where j < i`, the
+earlier turns of a chat) is `k < q.start`, and `<=`, `>`, `>=` likewise.
 """
 
 from __future__ import annotations
@@ -101,6 +103,16 @@ def _same_member(c: ir.Expr) -> bool:
     return isinstance(c, ir.Compare) and c.op == "==" and {c.lhs, c.rhs} == {ir.Member("q"), ir.Member("k")}
 
 
+def _member_order(c: ir.Expr) -> tuple[list[ir.Expr], list[ir.Expr]] | None:
+    """The bounds on k of `k.member op q.member` (either way round), members lying in order; None otherwise."""
+    if not isinstance(c, ir.Compare) or c.op not in ("<", "<=", ">", ">="):
+        return None
+    op = c.op if (c.lhs, c.rhs) == (ir.Member("k"), ir.Member("q")) else \
+        OPERATORS[c.op].converse if (c.lhs, c.rhs) == (ir.Member("q"), ir.Member("k")) else None
+    start, end = ir.Token("q", "start"), ir.Token("q", "end")
+    return {"<": ([], [start]), "<=": ([], [end]), ">": ([end], []), ">=": ([start], []), None: None}[op]
+
+
 def _fold(op: str, parts: list[ir.Expr]) -> ir.Expr:
     return simplify(ir.fold(op, parts))
 
@@ -148,6 +160,9 @@ def row_intervals(program: ir.Program, region: ir.Region) -> ir.RowIntervals | N
                 return None
             lows.append(ir.Token("q", "start"))
             highs.append(ir.Token("q", "end"))
+        elif single_family and (b := _member_order(c)) is not None:
+            lows.extend(b[0])
+            highs.extend(b[1])
         elif isinstance(c, ir.Compare) and (b := _key_bounds(_known_key_facts(program, region, c, own_member))):
             lows.extend(b[0])
             highs.extend(b[1])
