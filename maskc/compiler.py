@@ -306,6 +306,10 @@ def frozen_values(value) -> object:
             if types <= {list, tuple} and set(map(type, itertools.chain.from_iterable(value))) <= {leaf}:
                 return (f"lists of {leaf.__name__}s", tuple(map(tuple, value)))
         return ("list", tuple(frozen_values(v) for v in value))
+    try:
+        hash(value)
+    except TypeError:  # a set, a bytearray: no runtime value's type; binding says so, once the key is made
+        return (type(value).__name__, id(value))
     return (type(value).__name__, value)
 
 

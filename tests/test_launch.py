@@ -206,6 +206,46 @@ def test_a_layer_whose_tensors_the_kernels_cannot_read_is_refused_not_re_pointed
             attn(moved, k, v)
 
 
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_strides_the_kernels_cannot_follow_are_refused(fake, arch):
+    # The Hopper kernels read q, k and v through TMA maps, which take positive strides only: an expanded k (MQA
+    # written as k.expand) or a flipped q is refused, not read from the wrong place. The portable kernel follows
+    # any stride. An out= whose rows overlap is refused by both.
+    attn = maskc.load(CAUSAL, arch=arch, head_dim=128, dtype="fp16")
+    record = fake(attn)
+    q, k, v, out, *_ = _inputs(128, True)
+    expanded = ndarray(k.shape, strides=(128 * 2, 0, 2), ptr=k.data.ptr)  # one head's data for every head
+    flipped = ndarray((N, HEADS, 128), strides=(-HEADS * 128 * 2, 128 * 2, 2), ptr=q.data.ptr + (N - 1) * HEADS * 256)
+    cu = np.array([0, N], dtype=np.int32)
+    for name, call in (("k", lambda: attn(q, expanded, v, cu_seqlens=cu)), ("q", lambda: attn(flipped, k, v, cu_seqlens=cu))):
+        if arch == "sm_90a":
+            with pytest.raises(ValueError, match=f"{name} has stride .* positive strides"):
+                call()
+        else:
+            call()
+    overlapping = ndarray((N, HEADS, 128), strides=(0, 256, 2), ptr=out.data.ptr)
+    with pytest.raises(ValueError, match="out's rows overlap"):
+        attn(q, k, v, cu_seqlens=cu, out=overlapping)
+    assert len(record.launches) == (0 if arch == "sm_90a" else 2)
+
+
+def test_a_repeated_call_refuses_what_the_first_call_would(fake):
+    # Values equal to accepted ones but of another type (True for 1, 300.0 for 300) are not taken for them.
+    attn = maskc.load(EXAMPLES / "hstu.mask", arch="sm_90a", head_dim=128, dtype="fp16")
+    fake(attn)
+    q, k, v = (ndarray((600, HEADS, 128)) for _ in range(3))
+    attn(q, k, v, cu_seqlens=[0, 300, 600], targets=16, scale=1)
+    with pytest.raises(ValueError, match="scale must be"):
+        attn(q, k, v, cu_seqlens=[0, 300, 600], targets=16, scale=True)
+    with pytest.raises(ValueError, match="cu_seqlens must be a 1-D integer array"):
+        attn(q, k, v, cu_seqlens=[0, 300.0, 600.0], targets=16, scale=1)
+    for odd in ({16}, bytearray(b"1"), [{1}, {2}]):  # unhashable: refused by the checks, not by the cache's key
+        with pytest.raises(ValueError, match="'targets' is an int"):
+            attn(q, k, v, cu_seqlens=[0, 300, 600], targets=odd)
+    with pytest.raises(ValueError, match="scale must be"):  # scale * log2(e) is 0 as a float32
+        attn(q, k, v, cu_seqlens=[0, 300, 600], targets=16, scale=1e-50)
+
+
 def test_the_launches_kept_are_those_of_the_most_recent_plans():
     cache = LaunchCache(plans=2, launches=5)
     plans = [object() for _ in range(3)]

@@ -284,9 +284,10 @@ class Attention:
             raise ValueError(f"q has {hq} heads, which is not a multiple of k's {hkv} heads")
         if scale is None:
             scale = 1.0 / math.sqrt(o.head_dim)
-        # The kernels take scale * log2(e) as a float32 (past its range the softmax would be NaN, not an error).
+        # The kernels take scale * log2(e) as a float32: past its range the softmax would be NaN, and below its
+        # smallest value the scale would be 0 (uniform attention), not an error.
         if (isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not math.isfinite(scale)
-                or not 0 < scale * math.log2(math.e) < _FLOAT32_MAX):
+                or not _FLOAT32_MIN <= scale * math.log2(math.e) < _FLOAT32_MAX or scale < _FLOAT32_MIN):
             raise ValueError(f"scale must be a positive finite number a float32 holds, got {scale!r}")
         scale = float(scale)
 
@@ -472,6 +473,28 @@ def _check_rows(t: _Tensor) -> None:
         raise ValueError(f"{t.name}'s rows must be 16-byte aligned (data pointer and strides multiples of 8 elements)")
 
 
+def _check_positive_strides(t: _Tensor) -> None:
+    """The Hopper kernels read a tensor through TMA, whose maps take positive strides: a stride of 0 (an expanded
+    view) or below (a flipped one) along an extent past one is refused, not read wrongly."""
+    for axis, (extent, stride) in enumerate(zip(t.shape, t.strides)):
+        if extent > 1 and stride <= 0:
+            raise ValueError(f"{t.name} has stride {stride} along dimension {axis} (shape {list(t.shape)}); the Hopper "
+                             "kernels read it through TMA, which needs positive strides: pass a contiguous tensor "
+                             "(k and v may have fewer heads than q, for GQA and MQA)")
+
+
+def _overlapping(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether two elements of a strided tensor may share an address: unless its dimensions of extent past one,
+    by stride, each step past all of the smaller ones (a layout made from a contiguous one by permuting, slicing
+    and striding does), it is taken to overlap."""
+    span = 1
+    for stride, extent in sorted((abs(s), e) for s, e in zip(strides, shape) if e > 1):
+        if stride < span:
+            return True
+        span = stride * extent
+    return False
+
+
 def _token_strides(strides: tuple[int, ...], packed: bool) -> tuple[int, int, int]:
     """(sequence, token, head) strides of a tensor with these strides: [T, H, D] has no sequence stride."""
     return (0,) + tuple(strides[:2]) if packed else tuple(strides[:3])
@@ -481,6 +504,7 @@ def _tensor_maps(options, packed: bool, tensors: dict[str, tuple[_Tensor, int]])
     """`tm_NAME` for each tensor: a 4-D TMA map (head dim, heads, tokens, sequences) with boxes of `run` rows."""
     maps = {}
     for name, (t, run) in tensors.items():
+        _check_positive_strides(t)
         tokens, sequences = (t.shape[0], 1) if packed else (t.shape[1], t.shape[0])
         b, tok, h = _token_strides(t.strides, packed)
         maps[f"tm_{name}"] = tensor_map(t.ptr, options.dtype, options.head_dim, t.shape[-2], tokens, sequences,
@@ -769,6 +793,7 @@ class _Result:
 
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+_FLOAT32_MIN = float(np.finfo(np.float32).smallest_normal)
 
 
 def _call_key(q, k, v, cu_seqlens, scale, out, lse, params) -> tuple | None:
@@ -788,7 +813,7 @@ def _call_key(q, k, v, cu_seqlens, scale, out, lse, params) -> tuple | None:
                       v.stride(), v.dtype, v.device)
         else:
             addresses, layout = _addresses_and_layout((q, k, v))
-        return _key(addresses, [scale, layout, None if out is None else _tensor_key(out),
+        return _key(addresses, [type(scale), scale, layout, None if out is None else _tensor_key(out),
                                 None if lse is None else _tensor_key(lse)], cu_seqlens, params)
     except (TypeError, AttributeError, ValueError, RuntimeError):  # unusual inputs: the checked path says what
         return None  # is wrong
@@ -798,7 +823,7 @@ def _backward_key(q, k, v, out, lse, d_out, cu_seqlens, scale, params) -> tuple 
     """`_call_key` for a backward call: its outputs and d_out are inputs too, and re-pointed like q, k and v."""
     try:
         addresses, layout = _addresses_and_layout((q, k, v, out, lse, d_out))
-        return _key(addresses, [scale, layout], cu_seqlens, params)
+        return _key(addresses, [type(scale), scale, layout], cu_seqlens, params)
     except (TypeError, AttributeError, ValueError, RuntimeError):
         return None
 
@@ -823,7 +848,7 @@ def _key(addresses: tuple, parts: list, cu_seqlens, params) -> tuple | None:
         elif isinstance(cu_seqlens, np.ndarray):
             parts.append(("numpy", cu_seqlens.dtype.str, cu_seqlens.tobytes()))
         elif isinstance(cu_seqlens, (list, tuple)):
-            parts.append(("list", tuple(cu_seqlens)))
+            parts.append(("list", frozen_values(cu_seqlens)))  # (by type too: 300.0 is refused, 300 is not)
         else:
             return None
     if params:
@@ -926,6 +951,9 @@ def _outputs(tq: _Tensor, out, lse, lse_shape) -> tuple[_Tensor, _Tensor]:
                          f"{to.library}, {to.dtype}, {list(to.shape)}")
     if to.strides[-1] != 1 or to.ptr % 4 or any(s % 2 for s in to.strides[:-1]):
         raise ValueError("out's last dimension must be contiguous and its rows 4-byte aligned")
+    if _overlapping(to.shape, to.strides):
+        raise ValueError(f"out's rows overlap in memory (strides {list(to.strides)} for shape {list(to.shape)}): "
+                         "the kernel would write several of them to one place")
     _check_lse(tl, tq, lse_shape)
     return to, tl
 
