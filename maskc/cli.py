@@ -87,17 +87,19 @@ def parse_value(text: str):
     if text.startswith("["):
         try:
             value = json.loads(re.sub(r"(?<=\d)_(?=\d)", "", text))
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             value = None
         if _is_literal_list(value):
             return value
-    raise ValueError("expected an int, true, false or a bracketed list such as [1, 2, 3] or [[true, false]]")
+    raise ValueError("expected an int, true, false or a bracketed list of them, nested at most two deep, such as "
+                     "[1, 2, 3] or [[true, false]]")
 
 
-def _is_literal_list(value) -> bool:
-    if not isinstance(value, list):
+def _is_literal_list(value, depth: int = 2) -> bool:
+    """A list of ints and bools, or of such lists, nested at most `depth` deep (as the language's values are)."""
+    if not isinstance(value, list) or depth == 0:
         return False
-    return all(isinstance(x, (int, bool)) or _is_literal_list(x) for x in value)
+    return all(isinstance(x, (int, bool)) or _is_literal_list(x, depth - 1) for x in value)
 
 
 class ParamAssignment(click.ParamType):
@@ -115,7 +117,9 @@ class ParamAssignment(click.ParamType):
         try:
             return name, parse_value(text)
         except ValueError as exc:
-            self.fail(f"{name}: {exc}, got {text.strip()!r}", param, ctx)
+            shown = text.strip()
+            shown = repr(shown) if len(shown) <= 60 else f"{shown[:60]!r}... ({len(shown):,} characters)"
+            self.fail(f"{name}: {exc}, got {shown}", param, ctx)
 
 
 DETERMINISTIC_HELP = ("A backward pass that gives the same bits on the same inputs (the fastest such one; sm_90a's "

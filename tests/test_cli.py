@@ -142,13 +142,15 @@ def test_param_values(text, value):
     assert cli.parse_value(text) == value
 
 
-@pytest.mark.parametrize("text", ["", "1.5", "abc", "True", "[1,", "[1, 2.5]", '["a"]', "{}", "1e3", "0x10"])
+@pytest.mark.parametrize("text", ["", "1.5", "abc", "True", "[1,", "[1, 2.5]", '["a"]', "{}", "1e3", "0x10",
+                                  "[[[1]]]", "[" * 5000 + "]" * 5000])  # (lists nest two deep at most)
 def test_bad_param_values(text):
     with pytest.raises(ValueError):
         cli.parse_value(text)
 
 
-@pytest.mark.parametrize("param", ["targets", "targets=1.5", "=3", "targets=abc", "1x=2", "responses=[1,"])
+@pytest.mark.parametrize("param", ["targets", "targets=1.5", "=3", "targets=abc", "1x=2", "responses=[1,",
+                                   "responses=" + "[" * 1000 + "]" * 1000])
 def test_bad_param_syntax_is_a_usage_error(run, param):
     result = run("explain", example("hstu"), "--param", param)
     assert result.exit_code == 2

@@ -115,6 +115,7 @@ def test_one_value_per_sequence(attn):
     ({"radius": 3}, "unknown runtime parameter 'radius'"),
     ({"n": 5}, "unknown runtime parameter 'n'"),
     ({"w": 5}, "'w' is const"),
+    ({"responses": functools.reduce(lambda inner, _: [inner], range(5000), [])}, "'responses' is nested too deeply"),
 ])
 def test_bad_runtime_values_are_value_errors(attn, params, message):
     with pytest.raises(ValueError, match=message):

@@ -170,6 +170,9 @@ class _Checker:
     def run(self) -> list[Diagnostic]:
         for p in self.ast.params:
             self.check_param(p)
+        if not self.ast.segments:
+            self.report(self.ast.name.span, f"mask '{self.ast.name.text}' has no segments",
+                        "the sequence is cut into at least one, in the segments: section (`S = n`)")
         for segment in self.ast.segments:
             self.check_segment(segment)
         for name in self.ast.local_names:

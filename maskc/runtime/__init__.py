@@ -167,7 +167,10 @@ class Attention:
                                f"{self.program.name} (runtime parameters: {known})")
             if decl.const:
                 raise _problem(self.program, decl.span, f"'{name}' is const (compiled in); compile again to change it")
-            per_sequence = _is_per_sequence(value, decl.type.depth, count)
+            try:
+                per_sequence = _is_per_sequence(value, decl.type.depth, count)
+            except RecursionError:
+                raise _problem(self.program, decl.span, f"'{name}' is nested too deeply for a {decl.type}") from None
             if per_sequence and len(value) != count:
                 raise _problem(self.program, decl.span,
                                f"'{name}' has {len(value)} values for {count} sequences")
