@@ -473,10 +473,21 @@ def run_command(mask, n, params, batch, heads, kv_heads, head_dim, dtype, arch, 
                                  param_hint="--kv-heads")
     program = read_mask(mask)
     consts, runtime = split_params(program, params)
+    from maskc.runtime import MAX_SEQUENCES
+
     sequences, origin = explain.choose_sequences(program, n, runtime)
+    if len(sequences) * batch > MAX_SEQUENCES:
+        raise click.BadParameter(f"{len(sequences) * batch:,} sequences in all; a call takes at most "
+                                 f"{MAX_SEQUENCES:,}", param_hint="--batch")
+    problem = "--cpu was given" if force_cpu else trial.gpu_problem()
+    if problem is not None and batch > 1:  # the CPU check's limit, before the batch is made
+        with naming_the_file(mask):
+            tokens = batch * sum(trial.sequence_lengths(compile_program(program, KernelOptions(), consts), sequences))
+        if tokens > trial.CPU_MAX_TOKENS:
+            raise click.BadParameter(f"{tokens:,} tokens are too many for the CPU check (at most "
+                                     f"{trial.CPU_MAX_TOKENS:,})", param_hint="--batch")
     if batch > 1:
         sequences, origin = sequences * batch, f"{origin}, repeated {batch} times"
-    problem = "--cpu was given" if force_cpu else trial.gpu_problem()
     if problem is None:
         with naming_the_file(mask):
             result = trial.run_on_gpu(program, consts, sequences, origin, heads=heads, kv_heads=kv_heads or heads,

@@ -846,6 +846,17 @@ def test_run_refuses_a_sequence_too_long_for_the_cpu_before_planning_it(run, mon
                                                "CPU check (at most 262,144); give a smaller --n or --batch")
 
 
+@pytest.mark.parametrize("batch, message", [
+    (10**12, "1,000,000,000,000 sequences in all; a call takes at most 1,048,576"),
+    (10**20, "sequences in all; a call takes at most 1,048,576"),
+    (2000, "600,000 tokens are too many for the CPU check (at most 262,144)"),
+])
+def test_run_refuses_a_batch_too_large_before_making_it(run, batch, message):
+    result = run("run", example("causal"), "--n", 300, "--cpu", "--batch", batch)  # (once: MemoryError, minutes)
+    assert result.exit_code == 2
+    assert "Invalid value for --batch" in result.stderr and message in result.stderr
+
+
 def test_the_gpu_check_bounds_its_rows_times_keys():
     """The float32 reference holds a score per (row, key) and head: sampled rows x n stay within
     GPU_CHECK_PAIRS (the first and last row always), where 258 rows of 10^8 keys took 26 GB on the host."""

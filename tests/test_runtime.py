@@ -404,6 +404,8 @@ def test_a_plan_for_other_values_or_another_mask_is_refused(attn):
     ({"cu_seqlens": [1, 64]}, "start at 0"),
     ({"batch": 2, "n": -1}, "non-negative integers"),
     ({"batch": True, "n": 64}, "non-negative integers"),
+    ({"batch": 10**9, "n": 0}, "batch holds 1,000,000,000 sequences; a call takes at most 1,048,576"),  # (not 8 GB)
+    ({"cu_seqlens": np.zeros(2**20 + 2, np.int32)}, "cu_seqlens holds 1,048,577 sequences"),
 ])
 def test_plan_takes_cu_seqlens_or_a_padded_shape(attn, kw, message):
     with pytest.raises(ValueError, match=message):

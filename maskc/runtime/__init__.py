@@ -189,6 +189,7 @@ class Attention:
         else:
             if not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 0 for x in (batch, n)):
                 raise ValueError(f"batch and n must be non-negative integers, got {batch!r} and {n!r}")
+            _check_sequence_count(int(batch), "batch")
             lengths, offsets = [int(n)] * int(batch), np.zeros(int(batch), dtype=np.int64)
         sequences = self.sequences(lengths, params)
         compiled = self.compiled
@@ -297,6 +298,7 @@ class Attention:
         if packed:
             lengths, offsets = _packed(cu_seqlens, tq.shape[0])
         else:
+            _check_sequence_count(tq.shape[0], "q's batch dimension")
             lengths = [tq.shape[1]] * tq.shape[0]
             offsets = np.zeros(len(lengths), dtype=np.int64)
         longest = max(lengths, default=0)
@@ -614,10 +616,21 @@ def _repointed(cache: LaunchCache, key: tuple | None):
     return launch
 
 
+# Sequences in one call: the host plans each (its lengths, a table row, its work items: ~0.6 KB and 2 us a
+# sequence of one tile), so a million of them take a second or two and under a gigabyte.
+MAX_SEQUENCES = 1 << 20
+
+
+def _check_sequence_count(count: int, what: str) -> None:
+    if count > MAX_SEQUENCES:
+        raise ValueError(f"{what} holds {count:,} sequences; a call takes at most {MAX_SEQUENCES:,}")
+
+
 def _packed(cu_seqlens, total: int | None = None) -> tuple[list[int], np.ndarray]:
     """(lengths, token offsets) of a packed batch from its cu_seqlens, checked: from 0, never decreasing, and ending
     at the tensors' token count T where there are tensors."""
     cu = _host_ints(cu_seqlens, "cu_seqlens")
+    _check_sequence_count(len(cu) - 1, "cu_seqlens")
     if len(cu) < 1 or cu[0] != 0 or np.any(np.diff(cu) < 0) or (total is not None and cu[-1] != total):
         rule = "start at 0 and never decrease" if total is None else f"start at 0, never decrease and end at T = {total}"
         raise ValueError(f"cu_seqlens must {rule}, got {cu.tolist()}")

@@ -35,6 +35,11 @@ GPU_WARMUP, GPU_REPEATS = 3, 20
 GPU_GRAD_EXACT = 4096  # dk and dv (a sum over every row) are checked on sequences up to this length
 
 
+def sequence_lengths(compiled, sequences: list[dict]) -> list[int]:
+    """How many tokens each of these sequences has (binding costs microseconds; a plan can cost seconds)."""
+    return [lay.n for lay in compiled.bind(sequences)[1]]
+
+
 def gpu_problem() -> str | None:
     """Why the GPU path cannot run here, or None when it can."""
     try:
@@ -188,7 +193,7 @@ def run_on_cpu(compiled: CompiledMask, sequences: list[dict[str, object]], origi
     program, options = compiled.program, compiled.options
     # The lengths first (binding costs microseconds): the plan of a long sequence alone can take seconds and
     # gigabytes, for nothing when the check refuses it.
-    lengths = [lay.n for lay in compiled.bind(sequences)[1]]
+    lengths = sequence_lengths(compiled, sequences)
     if sum(lengths) > CPU_MAX_TOKENS:
         raise ValueError(f"{sum(lengths):,} tokens are too many for the CPU check (at most {CPU_MAX_TOKENS:,}); "
                          "give a smaller --n or --batch")
