@@ -64,6 +64,9 @@ def reporting_errors(command):
             fail(exc.render(), 1)
         except ValueError as exc:  # PlanError (sizes), the tools' and the runtime's checks
             fail(f"error: {exc}", 1)
+        except MemoryError:  # a plan the size checks could not refuse ahead (a thin band over a huge grid)
+            fail("error: out of memory: the mask is too large to plan at these sizes on this machine (the host "
+                 "planner needs memory per visited tile); give smaller sizes", 1)
         except Exception as exc:  # BuildError and anything unexpected
             internal_error(exc)
 

@@ -857,6 +857,19 @@ def test_run_refuses_a_batch_too_large_before_making_it(run, batch, message):
     assert "Invalid value for --batch" in result.stderr and message in result.stderr
 
 
+def test_running_out_of_memory_is_an_error_not_a_bug(run, monkeypatch):
+    # A thin band over a huge grid passes the size checks (no coarse box is wholly visible to prove a floor),
+    # then the planner's memory per visited tile runs out: a plain error, exit 1.
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(maskc.plan.planner, "plan", out_of_memory)
+    monkeypatch.setattr(maskc.compiler, "plan", out_of_memory)
+    result = run("explain", example("causal"), "--n", 4096)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[-1].startswith("error: out of memory: the mask is too large to plan")
+
+
 def test_the_gpu_check_bounds_its_rows_times_keys():
     """The float32 reference holds a score per (row, key) and head: sampled rows x n stay within
     GPU_CHECK_PAIRS (the first and last row always), where 258 rows of 10^8 keys took 26 GB on the host."""
