@@ -33,6 +33,9 @@ rules:
 """
 
 
+CAUSAL_TEXT = "mask causal(n: int = 64)\nsegments:\n    S = n\nrules:\n    S -> S causal\n"
+
+
 @pytest.fixture(scope="module")
 def attn() -> Attention:
     return maskc.loads(SHARED_PROMPT, head_dim=64, dtype="fp16", arch="sm_80")
@@ -69,6 +72,25 @@ def test_load_refuses_runtime_values_and_unknown_names():
                                              r"\(sliding_window has none\)"):
             maskc.load(examples / "sliding_window.mask", **{typo: 3})
     assert dict(maskc.loads(SHARED_PROMPT, w=5, arch="sm_80").program.consts) == {"w": 5}
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: maskc.loads(CAUSAL_TEXT, head_dim=128.0), "head_dim must be an int, got 128.0"),
+    (lambda: maskc.loads(CAUSAL_TEXT, head_dim="128"), "head_dim must be an int, got '128'"),
+    (lambda: maskc.loads(CAUSAL_TEXT, head_dim=True), "head_dim must be an int, got True"),
+    (lambda: maskc.loads(CAUSAL_TEXT, arch="sm_90a", key_tile=64.0), "key_tile must be an int"),
+    (lambda: maskc.loads(CAUSAL_TEXT, deterministic="yes"), "deterministic must be True or False"),
+    (lambda: maskc.loads(CAUSAL_TEXT.encode()), "loads takes the text of a mask as a str, got bytes"),
+    (lambda: maskc.loads(None), "loads takes the text of a mask as a str, got NoneType"),
+])
+def test_options_of_the_wrong_type_are_value_errors(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_options_given_as_numpy_integers_are_ints():
+    attn = maskc.loads(CAUSAL_TEXT, head_dim=np.int64(64), arch="sm_80")
+    assert type(attn.compiled.options.head_dim) is int and attn.compiled.options.head_dim == 64
 
 
 def test_the_default_family_on_sm90_is_hopper_for_its_head_dims():

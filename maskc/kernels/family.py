@@ -11,6 +11,8 @@ the architecture selects, so an option the family cannot honour is refused befor
 
 from __future__ import annotations
 
+import numbers
+
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -271,13 +273,22 @@ class KernelOptions:
     family: KernelFamily = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
+        for name in ("head_dim", "key_tile", "kv_stages"):  # whole numbers (numpy's too), not 128.0 or "128"
+            value = getattr(self, name)
+            if value is None and name != "head_dim":
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise ValueError(f"{name} must be an int, got {value!r}")
+            object.__setattr__(self, name, int(value))
+        if not isinstance(self.deterministic, bool):
+            raise ValueError(f"deterministic must be True or False, got {self.deterministic!r}")
         family = family_for(self.arch)
         object.__setattr__(self, "family", family)
         if self.dtype not in family.dtypes:
             raise ValueError(f"dtype must be one of {list(family.dtypes)}, got {self.dtype!r}")
         if self.head_dim not in family.head_dims:
             raise ValueError(f"head_dim must be one of {family.head_dims} for {self.arch} "
-                             f"(the {family.name} kernels), got {self.head_dim}")
+                             f"(the {family.name} kernels), got {self.head_dim!r}")
         default = family.tiles[self.head_dim][1]
         allowed = sorted({default, family.narrow_block_k.get(self.head_dim, default)})
         if self.key_tile is not None and self.key_tile not in allowed:

@@ -1092,7 +1092,12 @@ def load(path, **options) -> Attention:
 
 
 def loads(text: str, **options) -> Attention:
+    """`load` for the text of a mask."""
     from maskc.front import read_program
+
+    if not isinstance(text, str):
+        raise ValueError(f"loads takes the text of a mask as a str, got {type(text).__name__}"
+                         + (" (decode it first)" if isinstance(text, (bytes, bytearray)) else ""))
 
     return _load(read_program(text), options)
 
