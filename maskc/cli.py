@@ -161,6 +161,12 @@ def read_mask(path: str) -> ir.Program:
     return read_file(path)
 
 
+def given_once(n: int | None, runtime: dict[str, object]) -> None:
+    """--n and --param n= say the same thing: one of them, not both."""
+    if n is not None and "n" in runtime:
+        raise click.UsageError(f"n is given twice: --n {n} and --param n={runtime['n']}; give one")
+
+
 def split_params(program: ir.Program, params: tuple[tuple[str, object], ...],
                  allow_runtime: bool = True) -> tuple[dict[str, object], dict[str, object]]:
     """--param values split into (const values to compile in, runtime values); names are checked here,
@@ -413,6 +419,7 @@ def explain_command(mask, n, params, png, dump_mask, dump_batch, arch):
 
     program = read_mask(mask)
     consts, runtime = split_params(program, params)
+    given_once(n, runtime)
     compiled, lines = explain.compile_explained(program, KernelOptions(arch=arch), consts)
     echo("\n".join(lines + explain.pair_test_lines(compiled)))
     sequences, origin = explain.choose_sequences(compiled.program, n, runtime)
@@ -446,7 +453,8 @@ def explain_command(mask, n, params, png, dump_mask, dump_batch, arch):
 @click.option("--dtype", type=click.Choice(list(DTYPES)), default="bf16", show_default=True)
 @click.option("--arch", type=click.Choice(ARCHS), help="Kernel family by target (default: the best one for this "
               "GPU: the Hopper kernels, sm_90a, on an H100/H200; the portable ones elsewhere).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs and row samples.")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True,
+              help="Seed of the random inputs and row samples.")
 @click.option("--cpu", "force_cpu", is_flag=True, help="Check on the CPU even when a GPU is usable.")
 @click.option("--backward", is_flag=True, help="Also run the backward pass (GPU): check dq, dk and dv against "
               "float32 autograd and time the backward and forward + backward.")
@@ -476,6 +484,7 @@ def run_command(mask, n, params, batch, heads, kv_heads, head_dim, dtype, arch, 
                                  param_hint="--kv-heads")
     program = read_mask(mask)
     consts, runtime = split_params(program, params)
+    given_once(n, runtime)
     from maskc.runtime import MAX_SEQUENCES
 
     sequences, origin = explain.choose_sequences(program, n, runtime)

@@ -107,3 +107,17 @@ def test_a_power_far_outside_64_bits_is_reported_at_once_where_it_is_written(pow
     text = info.value.render()
     assert text.splitlines()[0].startswith("<mask>:5:26: error: this expression may overflow 64-bit integers")
     assert "or more)" in text.splitlines()[0] and "digits" not in text
+
+
+@pytest.mark.parametrize("text, consts, where", [
+    ("mask m(n: int = 64)\nsegments:\n    S = n // (1 - 1)\nrules:\n    S -> S full\n", {}, (3, 15)),
+    ("mask m(n: int = 64)\nsegments:\n    S = n\nrules:\n    S -> S where q // 0 == k % (2 - 2)\n", {}, (5, 23)),
+    ("mask m(n: int = 64, const c: int = 4)\nsegments:\n    S = n\nrules:\n    S -> S where q // c == k // c\n",
+     {"c": 0}, (5, 23)),
+])
+def test_a_divisor_that_is_always_zero_is_an_error_at_compile_time(text, consts, where):
+    # (A divisor that is 0 only for some runtime values is reported when those values are planned.)
+    with pytest.raises(MaskError, match="division by zero: the divisor of .* is always 0") as info:
+        compile_text(text, KernelOptions(), consts)
+    span = info.value.diagnostics[0].span
+    assert (span.line, span.col) == where

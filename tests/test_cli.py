@@ -157,6 +157,17 @@ def test_bad_param_syntax_is_a_usage_error(run, param):
     assert "Usage: maskc explain" in result.stderr and "--param" in result.stderr
 
 
+@pytest.mark.parametrize("command", ["explain", "run"])
+def test_n_given_by_both_n_and_param_is_a_usage_error(run, command):
+    result = run(command, example("causal"), "--n", 300, "--param", "n=5")  # (--param n was ignored)
+    assert result.exit_code == 2 and "n is given twice: --n 300 and --param n=5" in result.stderr
+
+
+def test_a_negative_seed_is_a_usage_error(run):
+    result = run("run", example("causal"), "--n", 64, "--cpu", "--seed", -1)
+    assert result.exit_code == 2 and "Invalid value for '--seed'" in result.stderr
+
+
 def test_unknown_or_repeated_param_is_a_usage_error(run):
     result = run("explain", example("hstu"), "--param", "nope=1")
     assert result.exit_code == 2

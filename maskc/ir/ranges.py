@@ -113,13 +113,24 @@ def _checked(e: ir.Expr, lo: int, hi: int) -> Range:
 
 
 def check_ranges(program: ir.Program) -> None:
-    """Raise a MaskError at the first expression that might overflow 64 bits."""
+    """Raise a MaskError at the first expression that might overflow 64 bits, or that divides by a divisor that
+    is 0 whatever the values (a literal, or a const parameter compiled in as 0)."""
+    for seg in program.segments:  # (in source order: the segments first)
+        for e in (seg.length, seg.count, *seg.dims):
+            if e is not None:
+                for node in ir.walk(e):
+                    _check_divisor(node)
+                static_range(e, program)
     for region in program.regions:
         memo: dict[int, Range] = {}
         for node in ir.walk(region.pred):
+            _check_divisor(node)
             if not isinstance(node, (ir.Compare, ir.Logic, ir.Ancestor)):
                 static_range(node, program, region, memo)
-    for seg in program.segments:
-        for e in (seg.length, seg.count, *seg.dims):
-            if e is not None:
-                static_range(e, program)
+
+
+def _check_divisor(node: ir.Expr) -> None:
+    if isinstance(node, ir.Binary) and node.op in ("//", "%") and node.rhs == ir.Const(0):
+        where = node.rhs.span if node.rhs.span.line else node.span
+        raise error(where, f"division by zero: the divisor of '{ir.show(node)}' is always 0",
+                    "a const parameter compiled in as 0, or a literal; the operation has no value")
