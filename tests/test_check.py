@@ -121,3 +121,9 @@ def test_a_divisor_that_is_always_zero_is_an_error_at_compile_time(text, consts,
         compile_text(text, KernelOptions(), consts)
     span = info.value.diagnostics[0].span
     assert (span.line, span.col) == where
+
+
+def test_a_const_value_that_makes_a_segment_negative_is_an_error_at_compile_time():
+    text = "mask m(const h: int = 4, w: int = 8)\nsegments:\n    I = grid(h, w)\nrules:\n    I -> I full\n"
+    with pytest.raises(MaskError, match=r"segment I has a negative grid dimension \(-3\)"):
+        compile_text(text, KernelOptions(), {"h": -3})

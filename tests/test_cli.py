@@ -598,6 +598,7 @@ def test_a_huge_n_is_refused_at_once(child_env, command, n):
     last = child.stderr.splitlines()[-1]
     if command == "explain":
         assert last.startswith(f"{example('causal')}: error: the descriptor would list at least ") and "1 GiB limit" in last
+        assert " at least 0 tiles" not in last
     else:
         assert last == (f"{example('causal')}: error: {n:,} tokens are too many for the CPU check (at most 262,144); "
                         "give a smaller --n or --batch")

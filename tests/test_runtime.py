@@ -144,6 +144,11 @@ def test_bad_runtime_values_are_value_errors(attn, params, message):
         attn.sequences([64, 40], params)
 
 
+def test_list_values_past_64_bits_are_out_of_range(attn):  # (numpy holds them as objects: not a shape problem)
+    with pytest.raises(ValueError, match="'responses' has values outside the 32-bit range"):
+        attn.plan(batch=1, n=64, responses=[8, 10**23])
+
+
 def test_values_that_do_not_fit_the_mask_are_value_errors_naming_them(attn):
     for params in ({"responses": [40, 40]}, {"bonus": 2**31}, {"bonus": 1.5}, {"responses": [[1, 2], 3]}):
         with pytest.raises(ValueError) as info:

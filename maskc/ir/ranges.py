@@ -121,6 +121,10 @@ def check_ranges(program: ir.Program) -> None:
                 for node in ir.walk(e):
                     _check_divisor(node)
                 static_range(e, program)
+                if isinstance(e, ir.Const) and e.value < 0:  # (const values compiled in: negative at every call)
+                    raise error(e.span if e.span.line else seg.span, f"segment {seg.name} has a negative "
+                                f"{'count' if e is seg.count else 'length' if e is seg.length else 'grid dimension'}"
+                                f" ({e.value})")
     for region in program.regions:
         memo: dict[int, Range] = {}
         for node in ir.walk(region.pred):

@@ -250,6 +250,9 @@ def _as_array(decl: ir.ParamDecl, value, where: str) -> np.ndarray:
         arr = None
     if arr is not None and arr.size == 0 and arr.dtype != object and 1 <= arr.ndim < decl.type.depth:
         arr = arr.reshape((0,) * decl.type.depth)  # `[]` is an empty table too
+    if (arr is not None and arr.dtype == object and arr.ndim == decl.type.depth and decl.type.elem == "int"
+            and all(type(x) is int for x in arr.flat)):  # ints past 64 bits: numpy keeps them as objects
+        raise value_problem(decl.span, f"{where}: parameter '{decl.name}' has values outside the 32-bit range")
     if arr is None or arr.dtype == object or arr.ndim != decl.type.depth:
         raise value_problem(
             decl.span, f"{where}: parameter '{decl.name}' must be a {decl.type} "
@@ -389,7 +392,8 @@ def concrete_layout(program: ir.Program, values: SequenceValues, where: str = "m
         span = Span.unknown() if span is None else span
         names = set().union(*(ir.params_used(e) | ir.arrays_used(e)
                                for e in (seg.length, seg.count, *seg.dims) if e is not None))
-        return value_problem(_known(span, seg.span), f"{where}: segment {seg.name} {what} ({_describe(values, names)})")
+        given = _describe(values, names)  # (empty where only const values, compiled in, are read)
+        return value_problem(_known(span, seg.span), f"{where}: segment {seg.name} {what}" + (f" ({given})" if given else ""))
 
     bounds: list[int] = []
     for s, seg in enumerate(program.segments):

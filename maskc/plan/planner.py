@@ -620,8 +620,9 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
         floor = visited_tiles_floor(program, layouts, values, config)
         nbytes = _descriptor_bytes(work_items, floor)
         if nbytes > MAX_DESCRIPTOR_BYTES:
-            raise PlanError(f"the descriptor would list at least {floor:,} tiles ({nbytes / 2**30:.1f} GiB), "
-                            "more than the 1 GiB limit; use fewer or shorter sequences")
+            listed = f"at least {floor:,} tiles" if floor else f"{work_items:,} query tiles"  # (what the bytes are)
+            raise PlanError(f"the descriptor would list {listed} ({nbytes / 2**30:.1f} GiB), more than the 1 GiB "
+                            "limit; use fewer or shorter sequences")
     if not layouts:  # an empty batch: nothing to search
         empty = np.zeros(0, np.int64)
         ranges = (empty, empty, empty, np.zeros(0, np.uint32))
