@@ -296,12 +296,13 @@ def test_a_bad_value_of_one_parameter_points_at_its_declaration(prog, given, hea
     assert report(bind_sequence, prog, given) == (f"<mask>:{head}", marked)
 
 
-def test_a_malformed_tree_points_at_the_parameter():
+@pytest.mark.parametrize("parent, x", [([-1, 2, 0], 1), ([-1, 0, -5], 2)])  # a later parent; a parent below -1
+def test_a_malformed_tree_points_at_the_parameter(parent, x):
     prog = program("n: int = 5, parent: [int] = [-1, 0, 0]", "P = n - len(parent);D = len(parent)",
                    "D -> D   where ancestor(parent, q.pos, k.pos)")
-    assert report(validated, prog, parent=[-1, 2, 0]) == (
-        "<mask>:1:20: error: mask: 'parent' must list each parent before its child (parent[x] < x, -1 for a root); "
-        "parent[1] = 2", "parent: [int] = [-1, 0, 0]")
+    assert report(validated, prog, parent=parent) == (
+        "<mask>:1:20: error: mask: 'parent' must list each parent before its child (-1 <= parent[x] < x, -1 for a "
+        f"root); parent[{x}] = {parent[x]}", "parent: [int] = [-1, 0, 0]")
 
 
 @pytest.mark.parametrize("prog, given, head, marked", [

@@ -560,8 +560,8 @@ def validate_values(program: ir.Program, values: SequenceValues, layout: Concret
                                           f"({_describe(values, names)})")
     for name in checks.trees:
         parent = values.arrays[name]
-        bad = np.nonzero(parent >= np.arange(len(parent)))[0]
+        bad = np.nonzero((parent >= np.arange(len(parent))) | (parent < -1))[0]
         if len(bad):
             x = int(bad[0])
             raise value_problem(program.param(name).span, f"{where}: '{name}' must list each parent before its "
-                                f"child (parent[x] < x, -1 for a root); parent[{x}] = {int(parent[x])}")
+                                f"child (-1 <= parent[x] < x, -1 for a root); parent[{x}] = {int(parent[x])}")
