@@ -70,7 +70,7 @@ def test_hstu():
 
 def test_params_keep_types_const_and_defaults_as_python_values():
     program = lowered(
-        "segments:\nrules:\n",
+        "segments:\n    S = n\nrules:\n",
         "n: int = 8, const w: int = -3, docs: [int] = [1, 2], t: [[bool]] = [[true], [false]], e: [int] = [], p: int",
     )
     assert program.params == (
