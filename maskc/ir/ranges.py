@@ -134,7 +134,9 @@ def check_ranges(program: ir.Program) -> None:
 
 
 def _check_divisor(node: ir.Expr) -> None:
-    if isinstance(node, ir.Binary) and node.op in ("//", "%") and node.rhs == ir.Const(0):
-        where = node.rhs.span if node.rhs.span.line else node.span
+    o = ir.operation(node)
+    if o is not None and o.op.divides and o.args[-1] == ir.Const(0):
+        divisor = o.args[-1]
+        where = divisor.span if divisor.span.line else node.span
         raise error(where, f"division by zero: the divisor of '{ir.show(node)}' is always 0",
                     "a const parameter compiled in as 0, or a literal; the operation has no value")
