@@ -95,13 +95,20 @@ class RangeExtremes:
         values = np.asarray(values, dtype=np.int64)
         narrow = values.size == 0 or (values.min() >= -2**31 and values.max() < 2**31)
         dtype = np.int32 if narrow else np.int64
-        mins, maxs = [values.astype(dtype)], [values.astype(dtype)]
         per_level = 2 * values.size * np.dtype(dtype).itemsize
-        while (1 << len(mins)) <= values.size and (len(mins) + 1) * per_level <= self.MAX_BYTES:
-            half = 1 << (len(mins) - 1)
-            mins.append(np.minimum(mins[-1], np.concatenate((mins[-1][half:], mins[-1][-half:]))))
-            maxs.append(np.maximum(maxs[-1], np.concatenate((maxs[-1][half:], maxs[-1][-half:]))))
-        self.mins, self.maxs = mins, maxs
+        levels = 1
+        while (1 << levels) <= values.size and (levels + 1) * per_level <= self.MAX_BYTES:
+            levels += 1
+        # [level, position], so that a query reads every stretch's level in one gather
+        self.mins = np.empty((levels, values.size), dtype=dtype)
+        self.maxs = np.empty((levels, values.size), dtype=dtype)
+        self.mins[0] = self.maxs[0] = values
+        for j in range(1, levels):
+            half = 1 << (j - 1)
+            np.minimum(self.mins[j - 1], np.concatenate((self.mins[j - 1][half:], self.mins[j - 1][-half:])),
+                       out=self.mins[j])
+            np.maximum(self.maxs[j - 1], np.concatenate((self.maxs[j - 1][half:], self.maxs[j - 1][-half:])),
+                       out=self.maxs[j])
 
     def query(self, first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(min, max, known) of values[first..last] (inclusive, first <= last) for each pair; `known` False
@@ -110,15 +117,10 @@ class RangeExtremes:
         level = np.zeros(len(length), dtype=np.int64)
         np.log2(np.maximum(length, 1), out=level, casting="unsafe")  # floor(log2) for lengths below 2^53
         known = level < len(self.mins)
-        level = np.minimum(level, len(self.mins) - 1)
+        np.minimum(level, len(self.mins) - 1, out=level)
         second = np.maximum(last - (1 << level) + 1, first)
-        lo = np.full(len(length), np.iinfo(np.int64).max)
-        hi = np.full(len(length), np.iinfo(np.int64).min)
-        for j in distinct(level) if len(level) else ():
-            at = (level == j).nonzero()[0]
-            a, b = first.take(at), second.take(at)
-            lo[at] = np.minimum(self.mins[j].take(a), self.mins[j].take(b))
-            hi[at] = np.maximum(self.maxs[j].take(a), self.maxs[j].take(b))
+        lo = np.minimum(self.mins[level, first], self.mins[level, second]).astype(np.int64)
+        hi = np.maximum(self.maxs[level, first], self.maxs[level, second]).astype(np.int64)
         return lo, hi, known
 
 
