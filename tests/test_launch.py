@@ -161,20 +161,35 @@ def test_every_layer_of_a_deep_model_finds_its_launch_again(fake, monkeypatch):
 
 
 REPOINTED = [("causal", "sm_90a", 128), ("causal", "sm_80", 64), ("sliding_window", "sm_90a", 64),
-             ("full", "sm_90a", 256)]
+             ("full", "sm_90a", 256), ("clear", "sm_90a", 128), ("clear_text", "sm_90a", 64), ("clear", "sm_80", 128)]
 
 
 @pytest.mark.parametrize(("name", "arch", "head_dim"), REPOINTED)
 def test_a_launch_re_pointed_at_other_tensors_is_the_one_a_checked_call_prepares(fake, name, arch, head_dim):
-    first, second = _inputs(head_dim, False), _inputs(head_dim, False)
+    # The examples' small values, as a packed call: grids too, whose key tiles the Hopper kernels copy as whole
+    # boxes through maps of their own (tm_k_box), made from the tensors' addresses as well.
+    consts, sequences = SMALL[name]
+
+    def load():
+        return maskc.load(EXAMPLES / f"{name}.mask", arch=arch, head_dim=head_dim, dtype="fp16", **consts)
+
+    lengths, keywords = packed_call(load(), sequences)
+    tokens = sum(lengths)
+
+    def tensors():
+        q, out, d_out = (ndarray((tokens, HEADS, head_dim)) for _ in range(3))
+        k, v = (ndarray((tokens, KV_HEADS, head_dim)) for _ in range(2))
+        return q, k, v, out, ndarray((HEADS, tokens), np.float32), d_out
+
+    first, second = tensors(), tensors()
 
     def launched(calls) -> list[dict]:
         """The arguments of the last call's forward and backward launches, kernel by kernel."""
-        attn = maskc.load(EXAMPLES / f"{name}.mask", arch=arch, head_dim=head_dim, dtype="fp16")
+        attn = load()
         record = fake(attn)
         for q, k, v, out, lse, d_out in calls:
-            attn(q, k, v)
-            attn.backward(q, k, v, out, lse, d_out)
+            attn(q, k, v, **keywords)
+            attn.backward(q, k, v, out, lse, d_out, **keywords)
         options = attn.compiled.options
         kernels = [options.family.forward_args] + [options.backward.args] * len(options.backward.kernels)
         return [_args(a, launch) for a, launch in zip(kernels, record.launches[-len(kernels):])]
@@ -189,6 +204,9 @@ def test_a_launch_re_pointed_at_other_tensors_is_the_one_a_checked_call_prepares
         new_at_every_call = set(BACKWARD_SLOTS) | {"dq_accum"} if "dq" in a else {"o", "lse"}
         assert {n for n in a if a[n] != b[n]} - made_again <= new_at_every_call
         assert a["q"] == _pointer(second[0]) if "q" in a else a["tm_q"][:8] == _pointer(second[0])
+    if name.startswith("clear") and arch == "sm_90a":  # whole grid boxes: their maps moved with the tensors
+        assert repointed[0]["grid_boxes"] == (1).to_bytes(4, "little")
+        assert repointed[0]["tm_k_box"][:8] == _pointer(second[1])
 
 
 @pytest.mark.parametrize("backward", [False, True])
