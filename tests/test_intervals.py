@@ -415,3 +415,14 @@ def test_range_extremes_say_which_stretches_are_past_their_levels(monkeypatch):
     lo, hi, known = RangeExtremes(values).query(np.array([0, 10, 0]), np.array([6, 13, 7]))
     assert known.tolist() == [True, True, False]  # up to 7 elements: two windows of 4
     assert (lo[:2].tolist(), hi[:2].tolist()) == ([93, 86], [99, 89])
+
+
+@pytest.mark.parametrize("index", ["k + k", "2 * k", "k", "k - 1"])
+def test_a_list_read_over_a_stretch_claims_both_values_only_where_every_index_is_read(index):
+    # M[k + k] over k in [0, 4] reads M[0], M[2], ...: never M[1], so the stretch's true is not attained.
+    k = ir.Token("k", "index")
+    e = {"k + k": ir.Binary("+", k, k), "2 * k": ir.Binary("*", ir.Const(2), k), "k": k,
+         "k - 1": ir.Binary("-", k, ir.Const(1))}[index]
+    box = {"q": (0, 0), "k": (0, 12), "a": 0, "d": 1, "L": np.array([], np.int64),
+           "M": np.array([False, True, False]), "P": np.array([], np.int64)}
+    assert check_bool(ir.Index("M", (e,)), [box], grid=False, track=True) == 1

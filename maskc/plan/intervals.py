@@ -237,7 +237,12 @@ class IntervalEvaluator:
         lo[at] = np.where(outside, np.minimum(e_lo, 0), e_lo)
         hi[at] = np.where(outside, np.maximum(e_hi, 0), e_hi)
         attained = np.zeros(len(lo), dtype=bool)
-        every_index = np.broadcast_to(np.asarray(r.exact) & np.asarray(r.contig), attained.shape)
+        # (Contiguous as an interval is not enough where a token varies through two leaves: `k + k` skips the odd
+        # indices. One leaf per token, then.)
+        every_index = np.asarray(r.exact) & np.asarray(r.contig)
+        for count in r.roots.values():
+            every_index = every_index & (np.asarray(count) <= 1)
+        every_index = np.broadcast_to(every_index, attained.shape)
         attained[at] = every_index[at]  # (reads outside the list attain 0 as well: a read there gives it)
         nowhere = wide & (first > last)  # every read outside the list: 0
         lo[nowhere], hi[nowhere] = 0, 0
