@@ -51,6 +51,8 @@ if has plan; then
     timeout 90 python3 bench/plan_time.py --ahead --json "$OUT/plan_time.json" 2>&1 | tee -a "$OUT/misc.log"
     timeout 150 python3 bench/plan_time.py --packed 2>&1 | tee -a "$OUT/misc.log"  # batches of 1-1024 sequences, images
     timeout 120 python3 bench/newvalues_cpu.py --steps 40 2>&1 | tee -a "$OUT/misc.log"  # a step's first call, new values
+    timeout 90 python3 bench/newvalues_cpu.py --steps 20 --counts 9 64 --layers 8 2>&1 | tee -a "$OUT/misc.log"  # + layers 2-8
+    timeout 90 python3 bench/plan_time.py --lists 2>&1 | tee -a "$OUT/misc.log"  # document ids, flags, members' lists
 fi
 
 if has host; then
