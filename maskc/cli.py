@@ -477,6 +477,7 @@ def run_command(mask, n, params, batch, heads, kv_heads, head_dim, dtype, arch, 
 
     Exits 0 when the check passes, 1 when it does not.
     """
+    from maskc.runtime import MAX_SEQUENCES
     from maskc.tools import explain, trial
 
     if kv_heads is not None and heads % kv_heads:  # (refused on the CPU too, where heads are not used)
@@ -485,19 +486,25 @@ def run_command(mask, n, params, batch, heads, kv_heads, head_dim, dtype, arch, 
     program = read_mask(mask)
     consts, runtime = split_params(program, params)
     given_once(n, runtime)
-    from maskc.runtime import MAX_SEQUENCES
-
     sequences, origin = explain.choose_sequences(program, n, runtime)
     if len(sequences) * batch > MAX_SEQUENCES:
         raise click.BadParameter(f"{len(sequences) * batch:,} sequences in all; a call takes at most "
                                  f"{MAX_SEQUENCES:,}", param_hint="--batch")
     problem = "--cpu was given" if force_cpu else trial.gpu_problem()
-    if problem is not None and batch > 1:  # the CPU check's limit, before the batch is made
-        with naming_the_file(mask):
-            tokens = batch * sum(trial.sequence_lengths(compile_program(program, KernelOptions(), consts), sequences))
-        if tokens > trial.CPU_MAX_TOKENS:
-            raise click.BadParameter(f"{tokens:,} tokens are too many for the CPU check (at most "
-                                     f"{trial.CPU_MAX_TOKENS:,})", param_hint="--batch")
+    if problem is not None:
+        click.echo(f"maskc run: no GPU run ({problem}); checking on the CPU instead", err=True)
+        try:
+            options = KernelOptions(int(head_dim), dtype, arch or "sm_90", backward_kernels=backward_kernels,
+                                    deterministic=deterministic)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+        compiled = compile_program(program, options, consts)
+        if batch > 1:  # the CPU check's limit, before the batch is made
+            with naming_the_file(mask):
+                tokens = batch * sum(trial.sequence_lengths(compiled, sequences))
+            if tokens > trial.CPU_MAX_TOKENS:
+                raise click.BadParameter(f"{tokens:,} tokens are too many for the CPU check (at most "
+                                         f"{trial.CPU_MAX_TOKENS:,})", param_hint="--batch")
     if batch > 1:
         sequences, origin = sequences * batch, f"{origin}, repeated {batch} times"
     if problem is None:
@@ -506,13 +513,6 @@ def run_command(mask, n, params, batch, heads, kv_heads, head_dim, dtype, arch, 
                                       head_dim=int(head_dim), dtype=dtype, seed=seed, arch=arch, backward=backward,
                                       backward_kernels=backward_kernels, deterministic=deterministic)
     else:
-        click.echo(f"maskc run: no GPU run ({problem}); checking on the CPU instead", err=True)
-        try:
-            options = KernelOptions(int(head_dim), dtype, arch or "sm_90", backward_kernels=backward_kernels,
-                                    deterministic=deterministic)
-        except ValueError as exc:
-            raise click.UsageError(str(exc)) from None
-        compiled = compile_program(program, options, consts)
         with naming_the_file(mask):
             result = trial.run_on_cpu(compiled, sequences, origin, seed=seed, backward=backward)
     echo(json.dumps(result.as_json(), sort_keys=True) if as_json else "\n".join(result.lines()))
