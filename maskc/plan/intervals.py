@@ -20,6 +20,7 @@ ancestor(), and combines roots and exactness across operators.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -87,40 +88,45 @@ class RangeExtremes:
     """The min and max of any stretch of a flat array, two look-ups each (a sparse table: level j holds the
     extremes of the 2^j elements from each position). A per-token list read over a box of tokens (`doc[q]` over
     a tile) then has the hull of the elements it reads, not of the whole list: what proves `doc[q] == doc[k]`
-    true or false on the tiles of one or two documents. Levels stop at MAX_BYTES; longer stretches get None."""
+    true or false on the tiles of one or two documents. Levels stop at MAX_BYTES; a longer stretch is answered
+    as unknown. The table is made at the first query (a list read only at single indices never needs it)."""
 
     MAX_BYTES = 64 << 20
 
     def __init__(self, values: np.ndarray):
-        values = np.asarray(values, dtype=np.int64)
+        self._values = values
+
+    @cached_property
+    def _levels(self) -> tuple[np.ndarray, np.ndarray]:
+        """(mins, maxs), each [level, position], so that a query reads every stretch's level in one gather."""
+        values = np.asarray(self._values, dtype=np.int64)
         narrow = values.size == 0 or (values.min() >= -2**31 and values.max() < 2**31)
         dtype = np.int32 if narrow else np.int64
         per_level = 2 * values.size * np.dtype(dtype).itemsize
         levels = 1
         while (1 << levels) <= values.size and (levels + 1) * per_level <= self.MAX_BYTES:
             levels += 1
-        # [level, position], so that a query reads every stretch's level in one gather
-        self.mins = np.empty((levels, values.size), dtype=dtype)
-        self.maxs = np.empty((levels, values.size), dtype=dtype)
-        self.mins[0] = self.maxs[0] = values
+        mins = np.empty((levels, values.size), dtype=dtype)
+        maxs = np.empty((levels, values.size), dtype=dtype)
+        mins[0] = maxs[0] = values
         for j in range(1, levels):
             half = 1 << (j - 1)
-            np.minimum(self.mins[j - 1], np.concatenate((self.mins[j - 1][half:], self.mins[j - 1][-half:])),
-                       out=self.mins[j])
-            np.maximum(self.maxs[j - 1], np.concatenate((self.maxs[j - 1][half:], self.maxs[j - 1][-half:])),
-                       out=self.maxs[j])
+            np.minimum(mins[j - 1], np.concatenate((mins[j - 1][half:], mins[j - 1][-half:])), out=mins[j])
+            np.maximum(maxs[j - 1], np.concatenate((maxs[j - 1][half:], maxs[j - 1][-half:])), out=maxs[j])
+        return mins, maxs
 
     def query(self, first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(min, max, known) of values[first..last] (inclusive, first <= last) for each pair; `known` False
         where the stretch is longer than the levels reach (min and max are then meaningless)."""
+        mins, maxs = self._levels
         length = last - first + 1
         level = np.zeros(len(length), dtype=np.int64)
         np.log2(np.maximum(length, 1), out=level, casting="unsafe")  # floor(log2) for lengths below 2^53
-        known = level < len(self.mins)
-        np.minimum(level, len(self.mins) - 1, out=level)
+        known = level < len(mins)
+        np.minimum(level, len(mins) - 1, out=level)
         second = np.maximum(last - (1 << level) + 1, first)
-        lo = np.minimum(self.mins[level, first], self.mins[level, second]).astype(np.int64)
-        hi = np.maximum(self.maxs[level, first], self.maxs[level, second]).astype(np.int64)
+        lo = np.minimum(mins[level, first], mins[level, second]).astype(np.int64)
+        hi = np.maximum(maxs[level, first], maxs[level, second]).astype(np.int64)
         return lo, hi, known
 
 
