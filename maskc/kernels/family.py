@@ -12,7 +12,6 @@ the architecture selects, so an option the family cannot honour is refused befor
 from __future__ import annotations
 
 import numbers
-
 import re
 from dataclasses import dataclass, field
 from functools import cached_property

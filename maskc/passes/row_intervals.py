@@ -107,10 +107,14 @@ def _member_order(c: ir.Expr) -> tuple[list[ir.Expr], list[ir.Expr]] | None:
     """The bounds on k of `k.member op q.member` (either way round), members lying in order; None otherwise."""
     if not isinstance(c, ir.Compare) or c.op not in ("<", "<=", ">", ">="):
         return None
-    op = c.op if (c.lhs, c.rhs) == (ir.Member("k"), ir.Member("q")) else \
-        OPERATORS[c.op].converse if (c.lhs, c.rhs) == (ir.Member("q"), ir.Member("k")) else None
+    if (c.lhs, c.rhs) == (ir.Member("k"), ir.Member("q")):
+        op = c.op
+    elif (c.lhs, c.rhs) == (ir.Member("q"), ir.Member("k")):
+        op = OPERATORS[c.op].converse
+    else:
+        return None
     start, end = ir.Token("q", "start"), ir.Token("q", "end")
-    return {"<": ([], [start]), "<=": ([], [end]), ">": ([end], []), ">=": ([start], []), None: None}[op]
+    return {"<": ([], [start]), "<=": ([], [end]), ">": ([end], []), ">=": ([start], [])}[op]
 
 
 def _fold(op: str, parts: list[ir.Expr]) -> ir.Expr:
