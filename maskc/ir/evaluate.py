@@ -8,6 +8,7 @@ list give 0.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,7 +28,7 @@ class Env:
 
     params: dict[str, object] = field(default_factory=dict)
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
-    tokens: dict[tuple[str, str], object] = field(default_factory=dict)
+    tokens: Mapping[tuple[str, str], object] = field(default_factory=dict)
     family_index: object = None
     bounds: dict[tuple[str, bool], object] = field(default_factory=dict)  # SegmentBound values
 

@@ -5,6 +5,8 @@ built on.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from maskc import ir
@@ -12,15 +14,32 @@ from maskc.ir.evaluate import Env, evaluate
 from maskc.plan.layout import ConcreteLayout, SequenceValues, segment_bounds, token_info
 
 
-def pair_env(params: dict, arrays: dict, q: np.ndarray, k: np.ndarray, q_facts: dict, k_facts: dict) -> Env:
+class _PairTokens(Mapping):
+    """Env.tokens at pairs (q, k): each (side, attr) read from the tokens' SegmentFacts when asked for."""
+
+    def __init__(self, q: np.ndarray, k: np.ndarray, q_facts: Mapping, k_facts: Mapping):
+        self._index = {"q": q, "k": k}
+        self._facts = {"q": q_facts, "k": k_facts}
+
+    def __getitem__(self, key: tuple[str, str]):
+        first, second = key
+        if first == "member":  # ("member", side)
+            return self._facts[second]["member"]
+        return self._index[first] if second == "index" else self._facts[first][second]
+
+    def __iter__(self):
+        return (key for side in "qk" for key in ((side, "index"), ("member", side), *((side, a) for a in _ATTRS)))
+
+    def __len__(self) -> int:
+        return 2 * (2 + len(_ATTRS))
+
+
+_ATTRS = ("pos", "start", "end", "t", "y", "x")
+
+
+def pair_env(params: dict, arrays: dict, q: np.ndarray, k: np.ndarray, q_facts: Mapping, k_facts: Mapping) -> Env:
     """What a predicate's names stand for at pairs (q, k), from the tokens' segment facts."""
-    tokens = {}
-    for side, pos, facts in (("q", q, q_facts), ("k", k, k_facts)):
-        tokens[(side, "index")] = pos
-        tokens[("member", side)] = facts["member"]
-        for attr in ("pos", "start", "end", "t", "y", "x"):
-            tokens[(side, attr)] = facts[attr]
-    return Env(params=params, arrays=arrays, tokens=tokens)
+    return Env(params=params, arrays=arrays, tokens=_PairTokens(q, k, q_facts, k_facts))
 
 
 def regions_visible(program: ir.Program, regions, env: Env, q_symbol: np.ndarray, k_symbol: np.ndarray,

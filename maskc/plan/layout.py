@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -493,22 +493,61 @@ def entry_grid_dims(layout: ConcreteLayout) -> np.ndarray:
     return dims
 
 
-def segment_facts(starts: np.ndarray, lengths: np.ndarray, symbol: np.ndarray, member: np.ndarray,
-                  dims: np.ndarray, positions: np.ndarray) -> dict[str, np.ndarray]:
-    """For each position: its symbolic segment, family member, position in the segment, where the segment
-    starts and ends, and grid coordinates (0 outside grids), from a table of concrete segments (`starts`
-    ascending, `dims` per entry)."""
-    positions = np.asarray(positions, dtype=np.int64)
-    c = np.searchsorted(starts, positions, side="right") - 1
-    pos = positions - starts[c]
-    y_dim, x_dim = dims[c, 1], dims[c, 2]
-    return {"symbol": symbol[c], "member": member[c].astype(np.int64), "pos": pos, "start": starts[c],
-            "end": starts[c] + lengths[c], "t": pos // (x_dim * y_dim), "y": (pos // x_dim) % y_dim, "x": pos % x_dim}
+class SegmentFacts(Mapping):
+    """For each position: its symbolic segment (`symbol`), family member, position in the segment (`pos`),
+    where the segment starts and ends, and grid coordinates (`t`, `y`, `x`; 0 outside grids), from a table of
+    concrete segments (`starts` ascending, `dims` per entry); `start` and `end` relative to `origin`.
+
+    Each field is computed when first read: a predicate reads few of them, and the planner asks about 10^5-10^6
+    positions at once (a per-token flags mask's plan spent a quarter of its time on fields nothing read)."""
+
+    FIELDS = ("symbol", "member", "pos", "start", "end", "t", "y", "x")
+
+    def __init__(self, starts: np.ndarray, lengths: np.ndarray, symbol: np.ndarray, member: np.ndarray,
+                 dims: np.ndarray, positions: np.ndarray, origin=0):
+        self._positions = np.asarray(positions, dtype=np.int64)
+        self._entry = np.searchsorted(starts, self._positions, side="right") - 1
+        self._tables = starts, lengths, symbol, member, dims
+        self._origin = origin
+        self._known: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._known:
+            self._known[name] = self._field(name)
+        return self._known[name]
+
+    def _field(self, name: str) -> np.ndarray:
+        starts, lengths, symbol, member, dims = self._tables
+        c = self._entry
+        if name == "symbol":
+            return symbol[c]
+        if name == "member":
+            return member[c].astype(np.int64)
+        if name == "start":
+            return starts[c] - self._origin
+        if name == "end":
+            return starts[c] + lengths[c] - self._origin
+        if name == "pos":
+            return self._positions - starts[c]
+        pos, y_dim, x_dim = self["pos"], dims[c, 1], dims[c, 2]
+        if name == "t":
+            return pos // (x_dim * y_dim)
+        if name == "y":
+            return (pos // x_dim) % y_dim
+        if name == "x":
+            return pos % x_dim
+        raise KeyError(name)
+
+    def __iter__(self):
+        return iter(self.FIELDS)
+
+    def __len__(self) -> int:
+        return len(self.FIELDS)
 
 
-def token_info(program: ir.Program, layout: ConcreteLayout, positions: np.ndarray) -> dict[str, np.ndarray]:
-    """segment_facts() of positions in one sequence."""
-    return segment_facts(layout.starts, layout.lengths, layout.symbol, layout.member, entry_grid_dims(layout),
+def token_info(program: ir.Program, layout: ConcreteLayout, positions: np.ndarray) -> SegmentFacts:
+    """SegmentFacts of positions in one sequence."""
+    return SegmentFacts(layout.starts, layout.lengths, layout.symbol, layout.member, entry_grid_dims(layout),
                          positions)
 
 

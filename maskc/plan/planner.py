@@ -41,7 +41,7 @@ from maskc.plan.layout import (
     joined_grid_dims,
     scalar_column,
     segment_bounds,
-    segment_facts,
+    SegmentFacts,
 )
 from maskc.plan.factors import factored_forms, search_by_factors
 from maskc.plan.rows import plan_ranges
@@ -229,11 +229,8 @@ def _visible_batch(program: ir.Program, batch: _Batch, seq: np.ndarray, q: np.nd
     params = {name: scalar_column(batch.values, name)[seq] for name in names}
     params["n"] = ns[seq]
     # Global positions in the concatenated segment table: one lookup serves every sequence.
-    q_facts, k_facts = (segment_facts(batch.starts, batch.lengths, batch.symbol, batch.member, batch.grid,
-                                      batch.base[seq] + np.maximum(pos, 0)) for pos in (q, k))
-    for facts in (q_facts, k_facts):  # back from global to sequence positions
-        facts["start"] = facts["start"] - batch.base[seq]
-        facts["end"] = facts["end"] - batch.base[seq]
+    q_facts, k_facts = (SegmentFacts(batch.starts, batch.lengths, batch.symbol, batch.member, batch.grid,
+                                     batch.base[seq] + np.maximum(pos, 0), origin=batch.base[seq]) for pos in (q, k))
     env = pair_env(params, {}, q, k, q_facts, k_facts)
     bounds = [segment_bounds([s.name for s in program.segments], lay) for lay in batch.layouts]
     env.bounds = {key: np.array([b[key] for b in bounds])[seq] for key in bounds[0]} if bounds else {}
