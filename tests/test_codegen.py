@@ -470,3 +470,16 @@ def test_the_hopper_backward_kernels_visit_every_item_once_head_major_in_two_pas
                 assert np.array_equal(part[:, 1], np.repeat(np.arange(heads), last - first)), where  # head-major
                 for h in range(heads):
                     assert np.array_equal(part[part[:, 1] == h, 0], np.arange(first, last)), where
+
+
+@needs_cxx
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_tiles_one_token_wide_along_a_pinned_axis(arch, host_dir):
+    """A dilated window written as a grid of `d` columns pins x: key tiles one column wide (sm_80; sm_90a keeps
+    x 8 wide), read slot by slot, not through a key box. The generated code's tiles and mask are the exact
+    mask's."""
+    c = compile_text("mask t(n: int = 96, w: int = 5, d: int = 4)\nsegments:\n    S = grid(n // d, d)\nrules:\n"
+                     "    S -> S   where q.x == k.x and 0 <= q.y - k.y < w\n", KernelOptions(arch=arch))
+    (block,) = c.tiling.blocks
+    assert block.k_shape[2] == (1 if arch == "sm_80" else 8) and (c.tiling.key_box is None) == (arch == "sm_80")
+    host_mask.check_generated_code(c, [{"n": 96}, {"n": 60, "d": 3, "w": 2}, {"n": 8, "d": 8}], host_dir)

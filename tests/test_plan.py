@@ -21,7 +21,7 @@ from descriptor_check import check_descriptor, check_structure
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mask_gen import random_masks
-from small_configs import SMALL
+from small_configs import PINNED, SMALL
 
 from maskc.compiler import compile_file, compile_text
 from maskc.kernels import KernelOptions, TileKind
@@ -703,3 +703,15 @@ def test_run_witnesses_in_closed_form_are_the_witness_slots(name):
             assert np.array_equal(cols, np.take_along_axis(k, np.stack(planner._witness_slots(k, q), axis=1), axis=1))
             some = np.arange(0, len(qt), 3)
             assert np.array_equal(q_tokens(some), q[some]) and np.array_equal(k_tokens(some), k[some])
+
+
+@pytest.mark.parametrize("config", CONFIGS + [TileConfig(128, 64, min_run=8)],
+                         ids=lambda c: f"{c.block_q}x{c.block_k}-run{c.min_run}")
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_grids_with_pinned_axes_plan_exactly(name, config):
+    """Tiles one token wide along a pinned axis (ragged where the grid is narrower than a tile): the
+    descriptor is exact against brute force, with and without the fast paths."""
+    text, sequences = PINNED[name]
+    compiled = compile_text(text, KernelOptions())
+    values, layouts = compiled.bind(sequences)
+    check_fast_path(compiled, values, layouts, config)

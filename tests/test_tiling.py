@@ -68,7 +68,7 @@ def test_key_box_is_the_grid_blocks_one_key_shape_at_least_8_wide():
     assert tiling_for(example("clear_text")[0], 128, 128).key_box == (1, 8, 16)
     assert tiling_for(example("causal")[0], 128, 64).key_box is None
     two = ("mask t(const w: int = 4)\nsegments:\n    I = grid(9, w)\n    J = grid(3, 40)\n"
-           "rules:\n    I -> I   where q.x == k.x\n    J -> J   where q.y == k.y\n")
+           "rules:\n    I -> I   where abs(q.x - k.x) <= 1\n    J -> J   where abs(q.y - k.y) <= 1\n")
     t = tiling_for(program(two), 128, 64)
     assert [b.k_shape for b in t.blocks] == [(1, 16, 4), (1, 4, 16)] and t.key_box is None
     assert tiling_for(program(two.replace("J = grid(3, 40)", "J = grid(3, 4)")), 128, 64).key_box is None  # 4 wide
@@ -84,9 +84,30 @@ def test_key_box_is_the_grid_blocks_one_key_shape_at_least_8_wide():
 def test_tile_shapes_follow_const_grid_dimensions(dims, q_shape, k_shape):
     h, w = ("h2", "w2") if dims[0] is None else (str(dims[0]), str(dims[1]))
     text = (f"mask t(h2: int = 5, w2: int = 7)\nsegments:\n    I = grid({h}, {w})\n"
-            "rules:\n    I -> I   where q.x == k.x\n")
+            "rules:\n    I -> I   where abs(q.x - k.x) <= 2\n")
     (block,) = tiling_for(program(text), 128, 64).blocks
     assert (block.q_shape, block.k_shape) == (q_shape, k_shape)
+
+
+def test_axes_the_rules_pin_get_tiles_one_token_wide():
+    """An axis along which every rule between the grid's tokens needs q.A == k.A (a dilated window as a grid of
+    `d` columns, attention within each frame of a video) gets tiles one token wide there; x stays min_run wide."""
+    dilated = ("mask t(n: int = 4096, w: int = 64, const d: int = 4)\nsegments:\n    S = grid(n // d, d)\n"
+               "rules:\n    S -> S   where q.x == k.x and 0 <= q.y - k.y < w\n")
+    shapes = [(b.q_shape, b.k_shape) for b in tiling_for(program(dilated), 128, 64).blocks]
+    assert shapes == [((1, 128, 1), (1, 64, 1))]
+    assert [(b.q_shape, b.k_shape) for b in tiling_for(program(dilated), 128, 64, min_run=8).blocks] == \
+        [((1, 16, 8), (1, 8, 8))]
+    frames = ("mask t(r: int = 3)\nsegments:\n    V = grid(8, 32, 32)\n"
+              "rules:\n    V -> V   where k.t == q.t and abs(q.y - k.y) <= r and abs(q.x - k.x) <= r\n")
+    assert [(b.q_shape, b.k_shape) for b in tiling_for(program(frames), 128, 64).blocks] == [((1, 16, 8), (1, 8, 8))]
+    rows = ("mask t()\nsegments:\n    I = grid(16, 256)\nrules:\n    I -> I   where q.y == k.y and q.x >= k.x\n")
+    assert [(b.q_shape, b.k_shape) for b in tiling_for(program(rows), 128, 64).blocks] == [((1, 1, 128), (1, 1, 64))]
+    # Every rule between the grid's tokens must pin the axis; rules from or to other segments do not count.
+    other = dilated.replace("S = grid(n // d, d)\n", "T = 16\n    S = grid(n // d, d)\n") + "    T -> S   full\n"
+    assert tiling_for(program(other), 128, 64).blocks[-1].q_shape == (1, 128, 1)
+    unpinned = dilated + "    S -> S   where q.y == k.y\n"
+    assert tiling_for(program(unpinned), 128, 64).blocks[0].q_shape == (1, 32, 4)
 
 
 @pytest.mark.parametrize("block_q, block_k", CONFIGS + [(32, 32), (64, 128)])

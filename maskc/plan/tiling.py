@@ -96,17 +96,32 @@ class Tiling:
         return min(b.shape(side)[2] for b in self.blocks)
 
 
-def _grid_shape(dims: tuple[int | None, ...], preferred: tuple[int, int, int], min_run: int = 1) -> tuple[int, int, int]:
-    """The preferred (t, y, x) tile shape, narrowed along an axis the grid is known to be narrower than
-    (its slots go to the next slower axis), so that small grids do not waste slots; x stays at least
-    `min_run` wide (a kernel that copies rows of `min_run` consecutive tokens needs that)."""
-    tt, th, tw = preferred
+def _grid_shape(dims: tuple[int | None, ...], preferred: tuple[int, int, int], min_run: int = 1,
+                pinned: frozenset[str] = frozenset()) -> tuple[int, int, int]:
+    """The preferred (t, y, x) tile shape, one token wide along the `pinned` axes (their slots go to the next
+    slower free axis of the grid, else the next faster), then narrowed along an axis the grid is known to be
+    narrower than (its slots go to the next slower axis), so that small grids do not waste slots; x stays at
+    least `min_run` wide (a kernel that copies rows of `min_run` consecutive tokens needs that)."""
+    shape = list(preferred)
+    own = range(3 - len(dims), 3)  # the grid's axes: y and x for a 2D grid
+    narrowest = (1, 1, max(1, min_run))
+    for axis in (2, 1, 0):
+        free = [a for a in own if a != axis and _AXES[a] not in pinned]
+        if _AXES[axis] not in pinned or shape[axis] <= narrowest[axis] or not free:
+            continue
+        to = max((a for a in free if a < axis), default=min(free))
+        shape[to] *= shape[axis] // narrowest[axis]
+        shape[axis] = narrowest[axis]
+    tt, th, tw = shape
     _, h_dim, w_dim = ((None,) * (3 - len(dims)) + tuple(dims))[-3:]
-    while w_dim is not None and tw > max(1, min_run) and tw // 2 >= w_dim:
+    while w_dim is not None and tw > max(1, min_run) and tw // 2 >= w_dim and "y" not in pinned:
         tw, th = tw // 2, th * 2
-    while len(dims) == 3 and h_dim is not None and th > 1 and th // 2 >= h_dim:
+    while len(dims) == 3 and h_dim is not None and th > 1 and th // 2 >= h_dim and "t" not in pinned:
         th, tt = th // 2, tt * 2
     return (tt, th, tw)
+
+
+_AXES = ("t", "y", "x")
 
 
 # Preferred tile shapes: square-ish neighbourhoods, x (the contiguous axis) widest.
@@ -122,6 +137,29 @@ def grids_tiled_by_coordinates(program: ir.Program) -> set[int]:
                 side = region.q if node.side == "q" else region.k
                 out.add(program.segment_index(side.segments[0]))
     return out
+
+
+def pinned_axes(program: ir.Program, segment: int) -> frozenset[str]:
+    """The axes of grid segment `segment` along which every rule between its tokens holds only where q and k
+    share the coordinate (a conjunct `q.A == k.A`): a tile more than one token wide along such an axis is
+    mostly hidden (a dilated window written as a grid of `dilation` columns, attention within each frame of a
+    video), so the tiles are one token wide there. Empty when no rule joins the grid to itself."""
+    name = program.segments[segment].name
+    pinned = None
+    for region in program.regions:
+        if name not in region.q.segments or name not in region.k.segments:
+            continue
+        axes = {a for c in ir.conjuncts(region.pred) for a in _AXES if _equates(c, a)}
+        pinned = axes if pinned is None else pinned & axes
+    return frozenset(pinned or ())
+
+
+def _equates(e: ir.Expr, axis: str) -> bool:
+    """Whether `e` is `q.A == k.A` (either way round) for axis A."""
+    if not (isinstance(e, ir.Compare) and e.op == "=="):
+        return False
+    sides = {(t.side, t.attr) for t in (e.lhs, e.rhs) if isinstance(t, ir.Token)}
+    return sides == {("q", axis), ("k", axis)}
 
 
 def _scaled(shape: tuple[int, int, int], size: int) -> tuple[int, int, int]:
@@ -140,8 +178,9 @@ def tiling_for(program: ir.Program, block_q: int, block_k: int, min_run: int = 1
                 blocks.append(Block(run_start, s - 1, False, (1, 1, block_q), (1, 1, block_k)))
                 run_start = None
             dims = tuple(int(d.value) if isinstance(d, ir.Const) else None for d in seg.dims)
-            q_shape = _grid_shape(dims, _scaled(_SHAPES[(len(dims), "q")], block_q), min_run)
-            k_shape = _grid_shape(dims, _scaled(_SHAPES[(len(dims), "k")], block_k), min_run)
+            pinned = pinned_axes(program, s)
+            q_shape = _grid_shape(dims, _scaled(_SHAPES[(len(dims), "q")], block_q), min_run, pinned)
+            k_shape = _grid_shape(dims, _scaled(_SHAPES[(len(dims), "k")], block_k), min_run, pinned)
             blocks.append(Block(s, s, True, q_shape, k_shape))
         elif run_start is None:
             run_start = s

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 import pytest
-from small_configs import SMALL
+from small_configs import PINNED, SMALL
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("cupy")
@@ -21,8 +21,9 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 import maskc  # noqa: E402
 from maskc.kernels import KernelOptions  # noqa: E402
+from maskc.tools.reference import dense_mask  # noqa: E402
 
-from test_kernels import EXAMPLES, FAMILIES  # noqa: E402
+from test_kernels import EXAMPLES, FAMILIES, check, make_inputs  # noqa: E402
 from test_kernels import make_case as make_kernel_case  # noqa: E402
 
 
@@ -333,3 +334,24 @@ def test_a_call_autograd_records_builds_the_backward_ahead():
     assert attn.compiled._backward_build is not None
     out.float().square().sum().backward()
     assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
+@pytest.mark.parametrize("backward", PASSES, ids=PASS_IDS)
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_grids_with_pinned_axes(name, backward):
+    """Tiles one token wide along an axis the rules pin (plan/tiling.py, pinned_axes): the output, LSE and
+    gradients of every pass, GQA, sequences whose grids are narrower and wider than a tile."""
+    arch, kernels = backward
+    supported(arch, kernels)
+    text, sequences = PINNED[name]
+    attn = maskc.loads(text, arch=arch, **({"backward_kernels": kernels} if kernels else {}))
+    tensors, call, values, layouts = make_inputs(attn, sequences, heads=(4, 2), seed=4, tensors=4)
+    masks = [dense_mask(attn.program, lay, val) for lay, val in zip(layouts, values)]
+    lengths, scale = [lay.n for lay in layouts], 1.0 / math.sqrt(128)
+    out, lse = attn(*tensors[:3], return_lse=True, **call)
+    check(out, lse, *tensors[:3], masks, lengths, scale, packed=True)
+    leaves = [x.clone().requires_grad_(True) for x in tensors[:3]]
+    poison_allocator()
+    attn(*leaves, **call).backward(tensors[3])
+    torch.cuda.synchronize()
+    check_grads([x.grad for x in leaves], tensors, masks, lengths, scale, packed=True)
