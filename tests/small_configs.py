@@ -25,8 +25,8 @@ SMALL = {
 
 
 # Grids whose rules pin an axis, so that their tiles are one token wide along it (plan/tiling.py, pinned_axes):
-# a dilated window written as a grid of `d` columns, windows inside each frame of a video beside text, causal
-# attention inside each row of a grid. Mask text and sequences.
+# a dilated window written as a grid of `d` columns, windows inside each frame of a video beside text. Mask text
+# and sequences.
 PINNED = {
     "dilated": ("mask m(n: int = 96, w: int = 5, d: int = 4)\nsegments:\n    S = grid(n // d, d)\nrules:\n"
                 "    S -> S   where q.x == k.x and 0 <= q.y - k.y < w\n",
@@ -34,8 +34,6 @@ PINNED = {
     "frames": ("mask m(h: int = 5, w: int = 6, r: int = 1)\nsegments:\n    T = 3\n    V = grid(3, h, w)\nrules:\n"
                "    V -> V   where q.t == k.t and abs(q.y - k.y) <= r and abs(q.x - k.x) <= r\n    * -> T   full\n",
                [{"n": 93}, {"n": 3 + 3 * 4 * 9, "h": 4, "w": 9, "r": 2}, {"n": 3 + 3 * 20 * 24, "h": 20, "w": 24}]),
-    "rows": ("mask m(h: int = 4, w: int = 30)\nsegments:\n    I = grid(h, w)\nrules:\n"
-             "    I -> I   causal where q.y == k.y\n", [{"n": 120}, {"n": 7 * 19, "h": 7, "w": 19}, {"n": 3 * 200, "h": 3, "w": 200}]),
 }
 
 

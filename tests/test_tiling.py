@@ -90,8 +90,9 @@ def test_tile_shapes_follow_const_grid_dimensions(dims, q_shape, k_shape):
 
 
 def test_axes_the_rules_pin_get_tiles_one_token_wide():
-    """An axis along which every rule between the grid's tokens needs q.A == k.A (a dilated window as a grid of
-    `d` columns, attention within each frame of a video) gets tiles one token wide there; x stays min_run wide."""
+    """An axis (t or x) along which every rule between the grid's tokens needs q.A == k.A (a dilated window as a
+    grid of `d` columns, attention within each frame of a video) gets tiles one token wide there; x stays min_run
+    wide."""
     dilated = ("mask t(n: int = 4096, w: int = 64, const d: int = 4)\nsegments:\n    S = grid(n // d, d)\n"
                "rules:\n    S -> S   where q.x == k.x and 0 <= q.y - k.y < w\n")
     shapes = [(b.q_shape, b.k_shape) for b in tiling_for(program(dilated), 128, 64).blocks]
@@ -101,8 +102,9 @@ def test_axes_the_rules_pin_get_tiles_one_token_wide():
     frames = ("mask t(r: int = 3)\nsegments:\n    V = grid(8, 32, 32)\n"
               "rules:\n    V -> V   where k.t == q.t and abs(q.y - k.y) <= r and abs(q.x - k.x) <= r\n")
     assert [(b.q_shape, b.k_shape) for b in tiling_for(program(frames), 128, 64).blocks] == [((1, 16, 8), (1, 8, 8))]
+    # Not y: a tile one row high would be a run of 128 tokens, wider than a step of 64 queries (Tiling.step_box).
     rows = ("mask t()\nsegments:\n    I = grid(16, 256)\nrules:\n    I -> I   where q.y == k.y and q.x >= k.x\n")
-    assert [(b.q_shape, b.k_shape) for b in tiling_for(program(rows), 128, 64).blocks] == [((1, 1, 128), (1, 1, 64))]
+    assert [(b.q_shape, b.k_shape) for b in tiling_for(program(rows), 128, 64).blocks] == [((1, 8, 16), (1, 4, 16))]
     # Every rule between the grid's tokens must pin the axis; rules from or to other segments do not count.
     other = dilated.replace("S = grid(n // d, d)\n", "T = 16\n    S = grid(n // d, d)\n") + "    T -> S   full\n"
     assert tiling_for(program(other), 128, 64).blocks[-1].q_shape == (1, 128, 1)

@@ -143,13 +143,15 @@ def pinned_axes(program: ir.Program, segment: int) -> frozenset[str]:
     """The axes of grid segment `segment` along which every rule between its tokens holds only where q and k
     share the coordinate (a conjunct `q.A == k.A`): a tile more than one token wide along such an axis is
     mostly hidden (a dilated window written as a grid of `dilation` columns, attention within each frame of a
-    video), so the tiles are one token wide there. Empty when no rule joins the grid to itself."""
+    video), so the tiles are one token wide there. Only t and x: a tile one row high is a run of a whole row,
+    wider than the Hopper dK/dV kernel's steps of 64 queries copy as one box (Tiling.step_box). Empty when no
+    rule joins the grid to itself."""
     name = program.segments[segment].name
     pinned = None
     for region in program.regions:
         if name not in region.q.segments or name not in region.k.segments:
             continue
-        axes = {a for c in ir.conjuncts(region.pred) for a in _AXES if _equates(c, a)}
+        axes = {a for c in ir.conjuncts(region.pred) for a in ("t", "x") if _equates(c, a)}
         pinned = axes if pinned is None else pinned & axes
     return frozenset(pinned or ())
 
