@@ -13,7 +13,7 @@ from pathlib import Path
 import host_mask
 import numpy as np
 import pytest
-from small_configs import SMALL
+from small_configs import PINNED, SMALL
 
 from maskc import __version__
 from maskc.codegen import MAX_REGIONS, render_source
@@ -474,12 +474,16 @@ def test_the_hopper_backward_kernels_visit_every_item_once_head_major_in_two_pas
 
 @needs_cxx
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-def test_tiles_one_token_wide_along_a_pinned_axis(arch, host_dir):
-    """A dilated window written as a grid of `d` columns pins x: key tiles one column wide (sm_80; sm_90a keeps
-    x 8 wide), read slot by slot, not through a key box. The generated code's tiles and mask are the exact
-    mask's."""
-    c = compile_text("mask t(n: int = 96, w: int = 5, d: int = 4)\nsegments:\n    S = grid(n // d, d)\nrules:\n"
-                     "    S -> S   where q.x == k.x and 0 <= q.y - k.y < w\n", KernelOptions(arch=arch))
-    (block,) = c.tiling.blocks
-    assert block.k_shape[2] == (1 if arch == "sm_80" else 8) and (c.tiling.key_box is None) == (arch == "sm_80")
-    host_mask.check_generated_code(c, [{"n": 96}, {"n": 60, "d": 3, "w": 2}, {"n": 8, "d": 8}], host_dir)
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_tiles_one_token_wide_along_a_pinned_axis(name, arch, host_dir):
+    """Grids whose rules pin t or x (small_configs.PINNED): tiles one frame deep on both families, one column
+    wide on sm_80 (sm_90a keeps x 8 wide; a one-column key tile is read slot by slot, not through a key box).
+    The generated code's tiles and mask are the exact mask's."""
+    text, sequences = PINNED[name]
+    c = compile_text(text, KernelOptions(arch=arch))
+    grid = next(b for b in c.tiling.blocks if b.grid)
+    if name == "dilated":
+        assert grid.k_shape[2] == (1 if arch == "sm_80" else 8) and (c.tiling.key_box is None) == (arch == "sm_80")
+    else:
+        assert grid.q_shape[0] == grid.k_shape[0] == 1
+    host_mask.check_generated_code(c, sequences, host_dir)
