@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The twenty-second session's device call (prepared, not run: no device started): the GPU suite on this session's build (new: the pinned-axis tiles too), the hd 256 forward probes of base
-# (0842145) and new (2651eaa: Q's address opaque at hd 256) alternating, then random masks at depth.
+# The twenty-second session's device call (prepared, not run: no device started): the GPU suite on main (new:
+# with the pinned-axis tiles), the hd 256 forward probes of base (0842145) and new (2651eaa: Q's address opaque at
+# hd 256) alternating, the per-frame windows (t pinned in new) alternating, then random masks at depth.
 # Build the wheels first: `pip wheel . --no-deps -w .whl/new` on main, the same at 0842145 into .whl/base, lark and
 # click into .whl/deps; run as `OUT=$OUT bash docs/experiments/s22-device-call.sh` from the repository (carry .whl).
 set -uo pipefail
