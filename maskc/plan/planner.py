@@ -35,13 +35,13 @@ from maskc.plan.exact import pair_env, regions_visible, visible
 from maskc.plan.intervals import ArrayTable, IntervalEvaluator, IntRange, RangeExtremes
 from maskc.plan.layout import (
     ConcreteLayout,
+    SegmentFacts,
     SequenceValues,
     entries_per_sequence,
     joined,
     joined_grid_dims,
     scalar_column,
     segment_bounds,
-    SegmentFacts,
 )
 from maskc.plan.factors import factored_forms, search_by_factors
 from maskc.plan.rows import plan_ranges

@@ -96,6 +96,9 @@ class Tiling:
         return min(b.shape(side)[2] for b in self.blocks)
 
 
+_AXES = ("t", "y", "x")
+
+
 def _grid_shape(dims: tuple[int | None, ...], preferred: tuple[int, int, int], min_run: int = 1,
                 pinned: frozenset[str] = frozenset()) -> tuple[int, int, int]:
     """The preferred (t, y, x) tile shape, one token wide along the `pinned` axes (their slots go to the next
@@ -119,9 +122,6 @@ def _grid_shape(dims: tuple[int | None, ...], preferred: tuple[int, int, int], m
     while len(dims) == 3 and h_dim is not None and th > 1 and th // 2 >= h_dim and "t" not in pinned:
         th, tt = th // 2, tt * 2
     return (tt, th, tw)
-
-
-_AXES = ("t", "y", "x")
 
 
 # Preferred tile shapes: square-ish neighbourhoods, x (the contiguous axis) widest.
