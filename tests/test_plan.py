@@ -715,3 +715,13 @@ def test_grids_with_pinned_axes_plan_exactly(name, config):
     compiled = compile_text(text, KernelOptions())
     values, layouts = compiled.bind(sequences)
     check_fast_path(compiled, values, layouts, config)
+
+
+def test_a_list_read_whose_index_reads_a_list_plans_exactly():
+    """A regression the property tests found: `L[L[a]]` in a row interval was read as a column per segment, and
+    its index (itself a list read) was evaluated without the lists (KeyError). It takes the general search."""
+    compiled = compile_text("mask m(a: int = 0, L: [int] = [])\nsegments:\n    Z = n\nrules:\n"
+                            "    Z -> Z   where k < L[L[a]]\n", KernelOptions())
+    for sequences in ([{"a": 0, "L": [], "n": 0}], [{"a": 1, "L": [3, 2, 40, 7], "n": 70}, {"a": 5, "L": [1], "n": 9}]):
+        values, layouts = compiled.bind(sequences)
+        check_fast_path(compiled, values, layouts, TileConfig(16, 8))

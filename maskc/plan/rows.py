@@ -126,11 +126,14 @@ def _bound(e: ir.Expr, op: str) -> _Bound | None:
 
 
 def _reads_lists_per_segment(program: ir.Program, e: ir.Expr) -> bool:
-    """Whether every list `e` reads is one-dimensional and read at an index constant along a segment."""
+    """Whether every list `e` reads is one-dimensional and read at an index constant along a segment, and
+    computed without reading a list (`L[L[a]]` goes to the general search: each read is one column, made
+    from the parameters alone)."""
     for node in ir.walk(e):
         if isinstance(node, (ir.ArrayLen, ir.ArraySum, ir.Ancestor)):
             return False
-        if isinstance(node, ir.Index) and (program.param(node.array).type.depth != 1 or _moves(node.indices[0])):
+        if isinstance(node, ir.Index) and (program.param(node.array).type.depth != 1 or _moves(node.indices[0])
+                                           or any(isinstance(n, ir.Index) for n in ir.walk(node.indices[0]))):
             return False
     return True
 
