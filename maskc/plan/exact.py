@@ -11,7 +11,7 @@ import numpy as np
 
 from maskc import ir
 from maskc.ir.evaluate import Env, evaluate
-from maskc.plan.layout import ConcreteLayout, SequenceValues, segment_bounds, token_info
+from maskc.plan.layout import ConcreteLayout, SegmentFacts, SequenceValues, segment_bounds, token_info
 
 
 class _PairTokens(Mapping):
@@ -34,7 +34,7 @@ class _PairTokens(Mapping):
         return 2 * (2 + len(_ATTRS))
 
 
-_ATTRS = ("pos", "start", "end", "t", "y", "x")
+_ATTRS = tuple(f for f in SegmentFacts.FIELDS if f not in ("symbol", "member"))  # (side, attr) keys
 
 
 def pair_env(params: dict, arrays: dict, q: np.ndarray, k: np.ndarray, q_facts: Mapping, k_facts: Mapping) -> Env:

@@ -675,8 +675,7 @@ class _Launch:
 
     def rebound(self, addresses: tuple[int, ...]) -> "_Launch | None":
         """This launch for the same signature's tensors at `addresses` (another layer's q, k and v), or None."""
-        values = None if self.arguments is None else self.arguments(addresses)
-        return None if values is None else replace(self, prepared=self.prepared.with_arguments(values))
+        return _rebound(self, addresses)
 
     def launch(self, out, lse) -> None:
         """Launch on the current stream, writing `out` and `lse` (None: the kernel writes no LSE)."""
@@ -746,8 +745,7 @@ class _BackwardLaunch:
         """As `_Launch.rebound`, for q, k, v, out, lse and d_out at `addresses`."""
         if self.prepared is None:  # nothing to launch, wherever the tensors are
             return self
-        values = None if self.arguments is None else self.arguments(addresses)
-        return None if values is None else replace(self, prepared=self.prepared.with_arguments(values))
+        return _rebound(self, addresses)
 
     def run(self, q, k, v) -> tuple:
         """(dq, dk, dv): new tensors, written by the kernels on the current stream. The scratch is freed once
@@ -806,6 +804,13 @@ class _Result:
 
     def outputs(self, return_lse: bool):
         return (self.out, self.lse) if return_lse else self.out
+
+
+def _rebound(launch, addresses: tuple[int, ...]):
+    """A _Launch or _BackwardLaunch with its prepared arguments re-pointed at tensors at `addresses` (its
+    `arguments` function says which), or None where they cannot be."""
+    values = None if launch.arguments is None else launch.arguments(addresses)
+    return None if values is None else replace(launch, prepared=launch.prepared.with_arguments(values))
 
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
