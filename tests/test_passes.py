@@ -111,6 +111,11 @@ def test_layout_order_decides_comparisons_of_q_and_k_only():
         "R[i] -> P   causal where q - k < w;T -> P   where k < q and k >= q - w;P -> T   where k > q and q != k",
         ORDERED, ORDERED_PARAMS))
     assert preds(program) == ["q - k < w", "k >= q - w", "true"]
+    # Their difference against 0, either way round, orders them too; other differences decide nothing.
+    program = decide_by_layout_order(lowered(
+        "T -> P   where 0 <= q - k and q - k < w;P -> T   where 0 <= q - k;P -> T   where k - q > 0 and q - k != 1",
+        ORDERED, ORDERED_PARAMS))
+    assert preds(program) == ["q - k < w", "false", "q - k != 1"]
     # The same rules inside one segment (or a family with itself) decide nothing.
     program = decide_by_layout_order(lowered("P -> P   causal;R[i] -> R[j]   causal where j < i", ORDERED,
                                              ORDERED_PARAMS))

@@ -317,7 +317,9 @@ def grid_mask(rule: str, dims: str = "h, w") -> str:
     ("q.y + k.x < r", False),  # two axes, not as differences
     ("q.y - k.x < 2", False),  # two different coordinates
     ("q.y <= 3 or k.x <= q.x", False),  # a disjunction across the axes
-    ("k <= q and abs(q.x - k.x) <= r", False),  # positions in the sequence, on a grid
+    ("k <= q and abs(q.x - k.x) <= r", True),  # positions as differences: the coordinates' times the strides
+    ("0 <= q - k < 4 * w and q.x == k.x", True),  # a dilated window laid out as a grid
+    ("q < 2 * w and abs(q.x - k.x) <= r", False),  # a position, not a difference
 ])
 def test_rules_that_factor_over_the_axes(rule, taken):
     compiled = compile_text(grid_mask(rule), KernelOptions())
@@ -341,7 +343,7 @@ FACTORS = ["abs(q.y - k.y) <= r", "abs(q.x - k.x) <= r + 1", "(q.y - k.y)^2 + (q
            "q.y != k.y", "(q.x - k.x) % 3 == 0", "q.y - k.y >= -r", "k.y < q.y or (k.y == q.y and k.x <= q.x)",
            "abs(q.t - k.t) <= 1", "q.t - k.t == 0 or k.x == q.x", "k.y // 3 == q.y // 3", "q.x <= r or k.x >= q.x",
            "0 <= k.x - clamp(q.x - r, 0, w - 2 * r - 1) < 2 * r + 1", "(q.y + k.y) % 2 == 0", "k.t <= q.t", "r >= 1",
-           "on or q.y != k.y", "not on"]
+           "on or q.y != k.y", "not on", "0 <= q - k < 3 * w", "k <= q", "abs(q.pos - k.pos) <= w + r"]
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -28,6 +28,20 @@ def _order(program: ir.Program, region: ir.Region) -> str | None:
     return None
 
 
+def _token_pair(node: ir.Compare) -> tuple[ir.Expr, ir.Expr] | None:
+    """(a, b) where `node` compares the tokens a and b (q and k, either way round) as `a OP b`, or as
+    `a - b OP 0` or `0 OP b - a`, which order them the same way; else None."""
+    lhs, rhs = node.lhs, node.rhs
+    if {lhs, rhs} == {_K, _Q}:
+        return lhs, rhs
+    zero = ir.Const(0)
+    if rhs == zero and isinstance(lhs, ir.Binary) and lhs.op == "-" and {lhs.lhs, lhs.rhs} == {_K, _Q}:
+        return lhs.lhs, lhs.rhs
+    if lhs == zero and isinstance(rhs, ir.Binary) and rhs.op == "-" and {rhs.lhs, rhs.rhs} == {_K, _Q}:
+        return rhs.rhs, rhs.lhs
+    return None
+
+
 def decide_by_layout_order(program: ir.Program) -> ir.Program:
     regions = []
     for region in program.regions:
@@ -39,11 +53,13 @@ def decide_by_layout_order(program: ir.Program) -> ir.Program:
         def decide(node: ir.Expr, order=order) -> ir.Expr:
             if not isinstance(node, ir.Compare):
                 return node
-            if {node.lhs, node.rhs} != {_K, _Q}:
+            # A comparison of the two tokens, or of their difference with 0 (`0 <= q - k`), depends only on
+            # which comes first: any two values in that order decide it.
+            pair = _token_pair(node)
+            if pair is None:
                 return node
-            # A comparison of the two tokens depends only on which comes first: any two values in that
-            # order decide it.
-            lhs_first = (node.lhs == _K) == (order == "k<q")
+            lhs, rhs = pair
+            lhs_first = (lhs == _K) == (order == "k<q")
             value = OPERATORS[node.op].evaluate(*((0, 1) if lhs_first else (1, 0)))
             return ir.Const(bool(value), span=node.span)
 

@@ -71,6 +71,9 @@ class FactoredForm:
     axes: tuple[tuple[str, int], ...]  # token attribute -> axis, for this region's blocks
     params: tuple[str, ...]  # the parameters the rule reads (n among them)
     bools: frozenset[str]  # those of them that are bools
+    # A grid's own pairs read as positions, `q - k` (a dilated window written as a grid with flat positions):
+    # the difference is the coordinates' differences times the grid's strides, so the tables depend on its dims.
+    positions: bool = False
 
 
 @per_object
@@ -99,17 +102,26 @@ def _factored_form(program: ir.Program, region: ir.Region, tiling: Tiling) -> Fa
         return None
     grid = kinds.pop()
     axis_of = _GRID_AXES if grid else _RUN_AXES
-    conjuncts, axes, factors = [], [], []
+    # On a grid joined to itself, positions read as differences span every axis of the grid (`q - k` is the
+    # coordinates' differences times the strides).
+    own_axes = set(range(3 - len(program.segment(region.q.segments[0]).dims), 3)) if grid else set()
+    positions = grid and region.q.segments == region.k.segments
+    conjuncts, axes, factors, positions_read = [], [], [], False
     for c in _conjuncts(region.pred):
         steps = None if grid else _tile_steps(c)
         if steps:  # constant over every pair of tiles: a factor of its own, whatever else reads the axis
             factors.append(Factor(c, (2,), "tiles", steps))
             continue
         nodes = list(ir.walk(c))
-        if any(isinstance(n, _UNREAD) or (isinstance(n, ir.Token) and n.attr not in axis_of) for n in nodes):
+        reads_positions = grid and any(isinstance(n, ir.Token) and n.attr in _RUN_AXES for n in nodes)
+        if reads_positions and not (positions and _differences_only(c)):
+            return None
+        if any(isinstance(n, _UNREAD) or (isinstance(n, ir.Token) and n.attr not in axis_of | _RUN_AXES)
+               for n in nodes):
             return None
         conjuncts.append(c)
-        axes.append({axis_of[n.attr] for n in nodes if isinstance(n, ir.Token)})
+        axes.append(set(own_axes) if reads_positions else {axis_of[n.attr] for n in nodes if isinstance(n, ir.Token)})
+        positions_read |= reads_positions
     # Conjuncts that share an axis are one factor; those that read no token go with the first factor.
     groups: list[tuple[set[int], list[ir.Expr]]] = []
     for c, read in zip(conjuncts, axes):
@@ -133,7 +145,7 @@ def _factored_form(program: ir.Program, region: ir.Region, tiling: Tiling) -> Fa
         factors.append(Factor(expr, tuple(sorted(read)), "differences" if differences else "absolute"))
     params = tuple(sorted(ir.params_used(region.pred)))
     bools = frozenset(p for p in params if p != "n" and program.param(p).type.elem == "bool")
-    return FactoredForm(tuple(factors), tuple(axis_of.items()), params, bools)
+    return FactoredForm(tuple(factors), tuple(axis_of.items()), params, bools, positions_read)
 
 
 def _differences_only(e: ir.Expr) -> bool:
@@ -214,15 +226,23 @@ class _DifferenceTable:
     """A factor over differences: its table over the differences of its axes, and the range of differences where
     each group sees anything ([s_lo, s_hi] per axis; s_lo > s_hi where it sees nothing)."""
 
-    def __init__(self, factor: Factor, axis_of: dict[str, int], params: dict[str, np.ndarray], lo, hi):
+    def __init__(self, factor: Factor, axis_of: dict[str, int], params: dict[str, np.ndarray], lo, hi,
+                 strides: np.ndarray | None = None):
+        """`strides` [groups, 3]: a grid's strides per axis, where the factor reads positions (q - k) on it."""
         self.axes = factor.axes
-        shape = [len(next(iter(params.values()))) if params else 1]
+        shape = [len(strides) if strides is not None else len(next(iter(params.values()))) if params else 1]
         tokens = {}
+        position = np.zeros([1] * (len(self.axes) + 1), dtype=np.int64)
         for attr, a in axis_of.items():
             if a in self.axes:
                 d = np.arange(lo[a], hi[a] + 1, dtype=np.int64)
                 tokens[("q", attr)] = d.reshape([1] + [-1 if b == a else 1 for b in self.axes])
                 tokens[("k", attr)] = 0
+                if strides is not None:
+                    position = position + tokens[("q", attr)] * strides[:, a].reshape([-1] + [1] * len(self.axes))
+        if strides is not None:
+            for attr in _RUN_AXES:
+                tokens[("q", attr)], tokens[("k", attr)] = position, 0
         shape += [int(hi[a] - lo[a] + 1) for a in self.axes]
         value = evaluate(factor.expr, Env(params={n: v.reshape([-1] + [1] * len(self.axes)) for n, v in params.items()},
                                           tokens=tokens))
@@ -369,12 +389,18 @@ def search_by_factors(form: FactoredForm, batch, inst: dict[str, np.ndarray]) ->
     values = np.stack([batch.bounds[:, -1] if name == "n" else scalar_column(batch.values, name).astype(np.int64)
                        for name in form.params] or [np.zeros(len(batch.bounds), np.int64)], axis=1)
     values = values.take(inst["seq"], axis=0)
+    if form.positions:  # (the tables depend on the grid's dims too)
+        values = np.concatenate([values, q_dims], axis=1)
     if (values == values[:1]).all():  # (the usual case, where np.unique costs ~0.1 ms)
         keys, group = values[:1], np.zeros(len(values), dtype=np.int64)
     else:
         keys, group = np.unique(values, axis=0, return_inverse=True)
         group = group.reshape(-1)
     params = {name: keys[:, j].astype(bool) if name in form.bools else keys[:, j] for j, name in enumerate(form.params)}
+    strides = None
+    if form.positions:  # (t, y, x) strides of the grid: a frame, a row, a token
+        dims = keys[:, -3:]
+        strides = np.stack([dims[:, 1] * dims[:, 2], dims[:, 2], np.ones(len(keys), np.int64)], axis=1)
     axis_of = dict(form.axes)
 
     # Differences d = q.c - k.c lie in [-(k dim - 1), q dim - 1]: tables over the widest of the batch.
@@ -391,7 +417,7 @@ def search_by_factors(form: FactoredForm, batch, inst: dict[str, np.ndarray]) ->
             return None
         try:
             if f.kind == "differences":
-                tables.append(_DifferenceTable(f, axis_of, params, lo, hi))
+                tables.append(_DifferenceTable(f, axis_of, params, lo, hi, strides))
             elif f.kind == "absolute":
                 a = f.axes[0]
                 tables.append(_AbsoluteTable(f, axis_of, params, int(q_len[a]), int(k_len[a]), int(q_shape[a])))
