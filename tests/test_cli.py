@@ -516,7 +516,10 @@ def test_explain_shows_what_a_pass_changed(run):
 def test_explain_shows_what_a_pair_of_a_partial_tile_costs(run):
     out = run("explain", example("dilated_window"), "--arch", "sm_90a").stdout
     test = out.split("== pair test")[1].split("\n\n")[0]
-    assert "[0] per pair: (0 <= (q.index - k.index)) && (k.index > q.h0) && (q.h1 == k.h0)" in test
+    # (The residue-grids pass laid the sequence out as a grid of `dilation` columns and its partial last row: the
+    # grid's own pairs test columns, the tail's the residues.)
+    assert "[0] per pair: (0 <= (q.index - k.index)) && (k.index > q.h0) && (q.S_x == k.S_x)" in test
+    assert "[1] per pair: (0 <= (q.index - k.index)) && (k.index > q.h0) && (q.h1 == k.h0)" in test
     assert "q.h1 = q % dilation  (once per row)" in test and "k.h0 = k % dilation  (once per column)" in test
     assert "per pair: 32-bit integer operations only" in test
     tree = run("explain", example("tree")).stdout.split("== pair test")[1]

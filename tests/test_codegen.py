@@ -476,14 +476,14 @@ def test_the_hopper_backward_kernels_visit_every_item_once_head_major_in_two_pas
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 @pytest.mark.parametrize("name", sorted(PINNED))
 def test_tiles_one_token_wide_along_a_pinned_axis(name, arch, host_dir):
-    """Grids whose rules pin t or x (small_configs.PINNED): tiles one frame deep on both families, one column
-    wide on sm_80 (sm_90a keeps x 8 wide; a one-column key tile is read slot by slot, not through a key box).
-    The generated code's tiles and mask are the exact mask's."""
+    """Grids whose rules pin t or x (small_configs.PINNED): tiles one frame deep, or one column wide (read
+    through a key box one column wide), on both families. The generated code's tiles and mask are the exact
+    mask's."""
     text, sequences = PINNED[name]
     c = compile_text(text, KernelOptions(arch=arch))
     grid = next(b for b in c.tiling.blocks if b.grid)
-    if name == "dilated":
-        assert grid.k_shape[2] == (1 if arch == "sm_80" else 8) and (c.tiling.key_box is None) == (arch == "sm_80")
+    if name.startswith("dilated"):
+        assert grid.q_shape[2] == grid.k_shape[2] == 1 and c.tiling.key_box == grid.k_shape
     else:
         assert grid.q_shape[0] == grid.k_shape[0] == 1
     host_mask.check_generated_code(c, sequences, host_dir)

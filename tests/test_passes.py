@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from mask_gen import random_masks
 from small_configs import SMALL
 
@@ -23,6 +24,7 @@ from maskc.passes import PIPELINE, run_pipeline, verify
 from maskc.passes.fold import fold_constants, inline_consts
 from maskc.passes.layout_order import decide_by_layout_order
 from maskc.passes.merge import _Facts, _subsumes, _try_merge, drop_empty_regions, merge_regions
+from maskc.passes.residue_grid import lay_out_as_grid, residue_conjunct, residue_grids
 from maskc.passes.verify import VerifyError
 from maskc.plan.layout import bind_sequence, concrete_layout
 from maskc.tools.reference import dense_mask
@@ -231,6 +233,85 @@ def test_drop_empty_regions():
     program = lowered("A -> B   where q < w;A -> C   full", ABC)
     program = replace(program, regions=(replace(program.regions[0], pred=ir.FALSE), program.regions[1]))
     assert sides(drop_empty_regions(program)) == [(("A",), ("C",))]
+
+
+# ---------------------------------------------------------------------------------------------------
+# A segment whose rules keep one pair in d, laid out as a grid of d columns
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_a_dilated_window_becomes_a_grid_of_its_residues_and_a_partial_row():
+    program = residue_grids(fold_constants(lowered("S -> S   where 0 <= q - k < w * d and (q - k) % d == 0",
+                                                   params="w: int = 4, d: int = 3")))
+    assert [(s.name, s.kind) for s in program.segments] == [("S", "grid"), ("S_tail", "single")]
+    assert [ir.show(d) for d in program.segments[0].dims] == ["n // abs(d)", "abs(d)"]
+    assert ir.show(program.segments[1].length) == "n % abs(d)" and ir.is_row_remainder(program, 1)
+    assert sides(program) == [(("S",), ("S",)), (("S_tail",), ("S", "S_tail")), (("S",), ("S_tail",))]
+    assert preds(program)[0] == "0 <= q - k and q - k < w * d and q.x == k.x"
+    assert preds(program)[1:] == ["0 <= q - k and q - k < w * d and (q - k) % d == 0"] * 2
+    # Whole rows where the length is known to be: no tail. Beside another run, the segment stays a run (the Hopper
+    # family would keep its tiles 8 columns wide); the rewrite itself puts the tail beside the segment there.
+    whole = residue_grids(fold_constants(lowered("S -> S   where (k - q) % 4 == 0;I -> S   full",
+                                                 "I = grid(2, 3);S = 12")))
+    assert [(s.name, s.kind) for s in whole.segments] == [("I", "grid"), ("S", "grid")]
+    mixed = fold_constants(lowered("S -> S   where 0 == (q - k) % w;* -> T   full", "S = n - 5;S_tail = 2;T = 3"))
+    assert residue_grids(mixed) == mixed
+    laid_out = lay_out_as_grid(mixed, mixed.segments[0], ir.Param("w"))
+    assert [s.name for s in laid_out.segments] == ["S", "S_tail2", "S_tail", "T"]
+    assert sides(laid_out)[-1] == (("S", "S_tail2", "S_tail", "T"), ("T",))
+
+
+@pytest.mark.parametrize("rules, segments", [
+    ("S -> S   where q - k < w", "S = n"),  # no residue
+    ("S -> S   where (q - k) % 2 == 0;S -> S   where q == k", "S = n"),  # one rule keeps every pair in a run
+    ("S -> S   where (q - k) % 2 == 0;S -> S   where (q - k) % w == 0", "S = n"),  # two divisors
+    ("S -> S   where (q - k) % w == 0 and q.pos < 5", "S = n"),  # a position inside S: the tail's restarts
+    ("S -> S   where (q - k) % 1 == 0 and k <= q", "S = n"),  # every pair of a run
+    ("R -> R   where (q - k) % 2 == 0", "R[i] = L[i];S = n - sum(L)"),  # a family
+    ("S -> S   where q % 2 == k", "S = n"),
+])
+def test_segments_whose_rules_do_not_keep_one_pair_in_d_stay_runs(rules, segments):
+    program = fold_constants(lowered(rules, segments, params="w: int = 4, L: [int] = [3]"))
+    assert residue_grids(program) == program
+
+
+_RESIDUE_PARTS = ["0 <= q - k < w * d", "k <= q", "abs(q - k) <= 3 * w", "q >= 2", "k < n - 3", "q - k != d",
+                  "q < len(L) + 5"]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_laying_a_residue_segment_out_as_a_grid_keeps_the_mask(data):
+    """Random masks with a segment whose rules keep one pair in d (the residue written several ways, d a runtime
+    value or a constant, of either sign), other segments around it and rules to and from them: the pipeline's
+    mask equals the one as written, for random lengths, and the segment became a grid."""
+    residue = data.draw(st.sampled_from(["(q - k) % d == 0", "(k - q) % d == 0", "0 == (q - k) % d",
+                                         "(q - k) % (-d) == 0"]))
+    extra = data.draw(st.lists(st.sampled_from(_RESIDUE_PARTS), max_size=2, unique=True))
+    rules = [f"S -> S   where {' and '.join([residue, *extra])}"]
+    if data.draw(st.booleans()):
+        rules.append(f"S -> S   where {residue} and {data.draw(st.sampled_from(_RESIDUE_PARTS))}")
+    layout = data.draw(st.sampled_from(["S = n", "P = 3;S = n - 3", "S = n - w;T = w", "P = 2;S = n - 2 - w;T = w"]))
+    names = [part.split(" = ")[0] for part in layout.split(";")]
+    for other in [x for x in names if x != "S"]:
+        rules.append(data.draw(st.sampled_from([f"{other} -> S   full", f"S -> {other}   where k < q + w",
+                                                f"* -> {other}   where q - k < 2 * w", f"{other} -> *   causal"])))
+    const_d = data.draw(st.sampled_from([None, 3, -2]))
+    params = "w: int = 2, L: [int] = [1]" + ("" if const_d else ", d: int = 2")
+    program = lowered(";".join(rules), layout, params=params + (f", const d: int = {const_d}" if const_d else ""),
+                      consts={"d": const_d} if const_d else {})
+    optimised = run_pipeline(program, check=True)
+    assert (optimised.segment("S").kind == "grid") == (layout == "S = n")  # (beside other runs it stays one)
+    assert run_pipeline(optimised, check=True) == optimised  # a fixed point: the tail stays a run
+    if layout != "S = n":  # the rewrite alone, which the pipeline declines there
+        folded = fold_constants(inline_consts(program))
+        divisor = next(d for c in ir.conjuncts(folded.regions[0].pred) if (d := residue_conjunct(c)) is not None)
+        optimised = lay_out_as_grid(folded, folded.segment("S"), divisor)
+        verify(optimised)
+    sequences = data.draw(st.lists(st.fixed_dictionaries({
+        "n": st.integers(5, 70), "w": st.integers(0, 6), "L": st.lists(st.integers(-2, 5), max_size=3),
+        **({} if const_d else {"d": st.sampled_from([-5, -3, -1, 1, 2, 3, 4, 7, 40])})}), min_size=1, max_size=3))
+    assert_same_masks(program, optimised, [s for s in sequences if s["n"] >= 3 + s["w"]])
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -61,9 +61,9 @@ def test_grids_whose_coordinates_are_not_read_are_runs():
     assert [(b.first, b.last, b.grid) for b in t.blocks] == [(0, 0, False), (1, 1, True), (2, 2, False)]
 
 
-def test_key_box_is_the_grid_blocks_one_key_shape_at_least_8_wide():
+def test_key_box_is_the_grid_blocks_one_key_shape():
     """key_column() reads every key tile through Tiling.key_box: a run's tile too, beside a grid (clear_text),
-    but not grids of two key shapes, nor a box narrower than a group of 8 columns, nor a tiling without grids."""
+    a box narrower than a group of 8 columns too, but not grids of two key shapes, nor a tiling without grids."""
     assert tiling_for(example("clear")[0], 128, 64).key_box == (1, 4, 16)
     assert tiling_for(example("clear_text")[0], 128, 128).key_box == (1, 8, 16)
     assert tiling_for(example("causal")[0], 128, 64).key_box is None
@@ -71,7 +71,7 @@ def test_key_box_is_the_grid_blocks_one_key_shape_at_least_8_wide():
            "rules:\n    I -> I   where abs(q.x - k.x) <= 1\n    J -> J   where abs(q.y - k.y) <= 1\n")
     t = tiling_for(program(two), 128, 64)
     assert [b.k_shape for b in t.blocks] == [(1, 16, 4), (1, 4, 16)] and t.key_box is None
-    assert tiling_for(program(two.replace("J = grid(3, 40)", "J = grid(3, 4)")), 128, 64).key_box is None  # 4 wide
+    assert tiling_for(program(two.replace("J = grid(3, 40)", "J = grid(3, 4)")), 128, 64).key_box == (1, 16, 4)
     assert tiling_for(program(two.replace("= 4)", "= 40)")), 128, 64).key_box == (1, 4, 16)
 
 
@@ -91,14 +91,16 @@ def test_tile_shapes_follow_const_grid_dimensions(dims, q_shape, k_shape):
 
 def test_axes_the_rules_pin_get_tiles_one_token_wide():
     """An axis (t or x) along which every rule between the grid's tokens needs q.A == k.A (a dilated window as a
-    grid of `d` columns, attention within each frame of a video) gets tiles one token wide there; x stays min_run
-    wide."""
+    grid of `d` columns, attention within each frame of a video) gets tiles one token wide there. x stays min_run
+    wide where the sequence has a run block too (the Hopper kernels would copy its tiles token by token)."""
     dilated = ("mask t(n: int = 4096, w: int = 64, const d: int = 4)\nsegments:\n    S = grid(n // d, d)\n"
                "rules:\n    S -> S   where q.x == k.x and 0 <= q.y - k.y < w\n")
-    shapes = [(b.q_shape, b.k_shape) for b in tiling_for(program(dilated), 128, 64).blocks]
-    assert shapes == [((1, 128, 1), (1, 64, 1))]
-    assert [(b.q_shape, b.k_shape) for b in tiling_for(program(dilated), 128, 64, min_run=8).blocks] == \
-        [((1, 16, 8), (1, 8, 8))]
+    for min_run in (1, 8):
+        shapes = [(b.q_shape, b.k_shape) for b in tiling_for(program(dilated), 128, 64, min_run).blocks]
+        assert shapes == [((1, 128, 1), (1, 64, 1))]
+    with_text = dilated.replace("S = grid(n // d, d)\n", "T = 16\n    S = grid(n // d, d)\n") + "    S -> T   full\n"
+    assert [(b.q_shape, b.k_shape) for b in tiling_for(program(with_text), 128, 64, min_run=8).blocks][-1] == \
+        ((1, 16, 8), (1, 8, 8))
     frames = ("mask t(r: int = 3)\nsegments:\n    V = grid(8, 32, 32)\n"
               "rules:\n    V -> V   where k.t == q.t and abs(q.y - k.y) <= r and abs(q.x - k.x) <= r\n")
     assert [(b.q_shape, b.k_shape) for b in tiling_for(program(frames), 128, 64).blocks] == [((1, 16, 8), (1, 8, 8))]

@@ -436,6 +436,18 @@ class Program:
         return tuple(p for p in self.params if not p.const and p.name != "n")
 
 
+def is_row_remainder(program: Program, segment: int) -> bool:
+    """Whether segment `segment` is the partial last row of the 2D grid before it: `L % W` after
+    `grid(L // W, W)`, fewer tokens than one row (passes/residue_grid.py lays out a segment so where its length
+    is not known to be whole rows)."""
+    seg = program.segments[segment]
+    if segment == 0 or seg.kind != "single" or not (isinstance(seg.length, Binary) and seg.length.op == "%"):
+        return False
+    grid = program.segments[segment - 1]
+    whole, width = seg.length.lhs, seg.length.rhs
+    return grid.kind == "grid" and grid.dims == (Binary("//", whole, width), width)
+
+
 # The largest family a layout may expand to (a limit of the language, checked when values are bound).
 MAX_FAMILY_MEMBERS = 2**24
 

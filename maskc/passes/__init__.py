@@ -13,6 +13,7 @@ from maskc import ir
 from .fold import fold_constants, inline_consts
 from .layout_order import decide_by_layout_order
 from .merge import drop_empty_regions, merge_regions
+from .residue_grid import residue_grids
 from .row_intervals import annotate_row_intervals
 from .verify import verify
 
@@ -21,6 +22,7 @@ Pass = Callable[[ir.Program], ir.Program]
 PIPELINE: tuple[tuple[str, Pass], ...] = (
     ("inline-consts", inline_consts),
     ("fold-constants", fold_constants),
+    ("residue-grids", residue_grids),
     ("decide-by-layout-order", decide_by_layout_order),
     ("drop-empty-regions", drop_empty_regions),
     ("merge-regions", merge_regions),

@@ -71,7 +71,7 @@ class FactoredForm:
     axes: tuple[tuple[str, int], ...]  # token attribute -> axis, for this region's blocks
     params: tuple[str, ...]  # the parameters the rule reads (n among them)
     bools: frozenset[str]  # those of them that are bools
-    # A grid's own pairs read as positions, `q - k` (a dilated window written as a grid with flat positions):
+    # A grid's own pairs read as positions, `q - k` (a dilated window laid out as a grid, passes/residue_grid.py):
     # the difference is the coordinates' differences times the grid's strides, so the tables depend on its dims.
     positions: bool = False
 

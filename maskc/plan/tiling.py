@@ -73,15 +73,15 @@ class Tiling:
     @property
     def key_box(self) -> tuple[int, int, int] | None:
         """The (t, y, x) box through which the kernels read every key tile's columns (key_column() in
-        common/mask.cu.j2), or None: the grid blocks' one key-tile shape, at least 8 wide (a group of 8
-        columns lies in one box row). A run block's tile is read through the same box (its slots are
-        consecutive, so any box of block_k slots holds them in order), so mixed tilings (clear_text's text run
-        and image grid) qualify too; grids with different key shapes do not."""
+        common/mask.cu.j2), or None: the grid blocks' one key-tile shape (a box narrower than 8 columns too:
+        then a group of 8 columns spans several of its rows). A run block's tile is read through the same box
+        (its slots are consecutive, so any box of block_k slots holds them in order), so mixed tilings
+        (clear_text's text run and image grid) qualify too; grids with different key shapes do not."""
         shapes = {b.k_shape for b in self.blocks if b.grid}
         if len(shapes) != 1:
             return None
         (shape,) = shapes
-        return shape if shape[2] >= 8 and shape[0] * shape[1] * shape[2] == self.block_k else None
+        return shape if shape[0] * shape[1] * shape[2] == self.block_k else None
 
     def step_box(self, side: str, slots: int) -> tuple[int, int, int]:
         """The (t, y, x) shape of `slots` consecutive slots of a `side` tile of the box block (the whole tile
@@ -172,6 +172,10 @@ def _scaled(shape: tuple[int, int, int], size: int) -> tuple[int, int, int]:
 
 def tiling_for(program: ir.Program, block_q: int, block_k: int, min_run: int = 1) -> Tiling:
     grids = grids_tiled_by_coordinates(program)
+    # Where every segment is a grid tiled as boxes (or a grid's partial last row), no run block's copies would
+    # be split up by a one-token x: there a pinned x is one token wide on every family (the Hopper kernels copy
+    # grid tiles as boxes).
+    all_grids = all(s in grids or ir.is_row_remainder(program, s) for s in range(len(program.segments)))
     blocks: list[Block] = []
     run_start = None
     for s, seg in enumerate(program.segments):
@@ -181,8 +185,9 @@ def tiling_for(program: ir.Program, block_q: int, block_k: int, min_run: int = 1
                 run_start = None
             dims = tuple(int(d.value) if isinstance(d, ir.Const) else None for d in seg.dims)
             pinned = pinned_axes(program, s)
-            q_shape = _grid_shape(dims, _scaled(_SHAPES[(len(dims), "q")], block_q), min_run, pinned)
-            k_shape = _grid_shape(dims, _scaled(_SHAPES[(len(dims), "k")], block_k), min_run, pinned)
+            run = 1 if "x" in pinned and all_grids else min_run
+            q_shape = _grid_shape(dims, _scaled(_SHAPES[(len(dims), "q")], block_q), run, pinned)
+            k_shape = _grid_shape(dims, _scaled(_SHAPES[(len(dims), "k")], block_k), run, pinned)
             blocks.append(Block(s, s, True, q_shape, k_shape))
         elif run_start is None:
             run_start = s
