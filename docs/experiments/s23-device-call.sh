@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The twenty-third session's device call: the GPU suite on the xpin build (main d087ff0 + x pinned on sm_90a where
+# The twenty-third session's device call: the GPU suite on the xpin build (main df810be + x pinned on sm_90a where
 # every segment is a grid or a grid's last row, + the residue-grids pass), the pinned tests on their own, the hd
 # 256 forward probes and the per-frame windows of base (0842145) and xpin, the dilated window's two forms on both builds
 # (docs/experiments/pinned/time_dilated.py), Flex-Triton on the same workload, then random masks at depth.
