@@ -122,11 +122,35 @@ def lay_out_as_grid(program: ir.Program, segment: ir.Segment, divisor: ir.Expr) 
         regions.append(replace(region, q=grid_side_q, k=grid_side_k, pred=pred, rows=None))
         q_rest, k_all = without(beside(region.q), name), beside(region.k)
         if q_rest is not None:
-            regions.append(replace(region, q=q_rest, k=k_all))
+            regions += _tail_rows(replace(region, q=q_rest, k=k_all), name, tail_name, divisor)
         k_rest = without(beside(region.k), name)
         if k_rest is not None:
-            regions.append(replace(region, q=grid_side_q, k=k_rest))
+            regions += _tail_rows(replace(region, q=grid_side_q, k=k_rest), name, tail_name, divisor)
     return replace(program, segments=tuple(segments), regions=tuple(regions))
+
+
+def _tail_rows(region: ir.Region, grid: str, tail: str, divisor: ir.Expr) -> list[ir.Region]:
+    """A rule between the tail and the grid (or the tail itself), its residue conjunct said in columns where its
+    sides allow: the tail starts a row, so a tail token's column is its position in the tail, `q.pos`; the tail
+    is shorter than a row, so two of its tokens share a residue only where they are the same token. The planner
+    bounds these forms per tile (the residue it cannot), and the kernels test them without a division."""
+    def said(pred_for: dict[tuple[str, str], ir.Expr]) -> list[ir.Region]:
+        out = []
+        for q_name in region.q.segments:
+            for k_name in region.k.segments:
+                same = pred_for[(q_name, k_name)]
+                parts = [same if residue_conjunct(c) == divisor else c for c in ir.conjuncts(region.pred)]
+                out.append(replace(region, q=replace(region.q, segments=(q_name,)),
+                                   k=replace(region.k, segments=(k_name,)), pred=ir.conjoin(parts, region.pred.span)))
+        return out
+
+    span = divisor.span
+    if set(region.q.segments) | set(region.k.segments) > {grid, tail}:
+        return [region]
+    return said({(tail, grid): ir.Compare("==", ir.Token("k", "x", span=span), ir.Token("q", "pos", span=span), span=span),
+                 (grid, tail): ir.Compare("==", ir.Token("q", "x", span=span), ir.Token("k", "pos", span=span), span=span),
+                 (tail, tail): ir.Compare("==", ir.Token("q", "index", span=span), ir.Token("k", "index", span=span),
+                                          span=span)})
 
 
 def _fresh(program: ir.Program, base: str) -> str:
