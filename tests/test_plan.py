@@ -314,7 +314,7 @@ def test_the_factored_path_takes_rules_that_factor_over_the_axes():
         "causal": [True], "sliding_window": [True],  # (the row-interval fast path plans these first)
         "block_sparse": [True], "chunked_causal": [True], "clear": [True], "clear_text": [False, False, True],
         "natten2d": [True], "video3d": [True],
-        "dilated_window": [True, False]}  # a grid of its residues and the partial last row (passes/residue_grid.py)
+        "dilated_window": [True, False, True]}  # a grid of its residues and the partial last row (passes/residue_grid.py)
 
 
 def grid_mask(rule: str, dims: str = "h, w") -> str:

@@ -71,9 +71,10 @@ class FactoredForm:
     axes: tuple[tuple[str, int], ...]  # token attribute -> axis, for this region's blocks
     params: tuple[str, ...]  # the parameters the rule reads (n among them)
     bools: frozenset[str]  # those of them that are bools
-    # A grid's own pairs read as positions, `q - k` (a dilated window laid out as a grid, passes/residue_grid.py):
-    # the difference is the coordinates' differences times the grid's strides, so the tables depend on its dims.
-    positions: bool = False
+    # The grid's axes, where its own pairs are read as positions, `q - k` (a dilated window laid out as a grid,
+    # passes/residue_grid.py): the difference is the coordinates' differences times the grid's strides along
+    # them, so the tables depend on those strides.
+    positions: tuple[int, ...] = ()
 
 
 @per_object
@@ -106,7 +107,7 @@ def _factored_form(program: ir.Program, region: ir.Region, tiling: Tiling) -> Fa
     # coordinates' differences times the strides).
     own_axes = set(range(3 - len(program.segment(region.q.segments[0]).dims), 3)) if grid else set()
     positions = grid and region.q.segments == region.k.segments
-    conjuncts, axes, factors, positions_read = [], [], [], False
+    conjuncts, axes, factors, positions_read = [], [], [], ()
     for c in _conjuncts(region.pred):
         steps = None if grid else _tile_steps(c)
         if steps:  # constant over every pair of tiles: a factor of its own, whatever else reads the axis
@@ -121,7 +122,7 @@ def _factored_form(program: ir.Program, region: ir.Region, tiling: Tiling) -> Fa
             return None
         conjuncts.append(c)
         axes.append(set(own_axes) if reads_positions else {axis_of[n.attr] for n in nodes if isinstance(n, ir.Token)})
-        positions_read |= reads_positions
+        positions_read = tuple(sorted(own_axes)) if reads_positions else positions_read
     # Conjuncts that share an axis are one factor; those that read no token go with the first factor.
     groups: list[tuple[set[int], list[ir.Expr]]] = []
     for c, read in zip(conjuncts, axes):
@@ -389,8 +390,9 @@ def search_by_factors(form: FactoredForm, batch, inst: dict[str, np.ndarray]) ->
     values = np.stack([batch.bounds[:, -1] if name == "n" else scalar_column(batch.values, name).astype(np.int64)
                        for name in form.params] or [np.zeros(len(batch.bounds), np.int64)], axis=1)
     values = values.take(inst["seq"], axis=0)
-    if form.positions:  # (the tables depend on the grid's dims too)
-        values = np.concatenate([values, q_dims], axis=1)
+    if form.positions:  # (the tables depend on the grid's strides along its axes too: a frame, a row, a token)
+        all_strides = np.stack([q_dims[:, 1] * q_dims[:, 2], q_dims[:, 2], np.ones(len(q_dims), np.int64)], axis=1)
+        values = np.concatenate([values, all_strides[:, list(form.positions)]], axis=1)
     if (values == values[:1]).all():  # (the usual case, where np.unique costs ~0.1 ms)
         keys, group = values[:1], np.zeros(len(values), dtype=np.int64)
     else:
@@ -398,9 +400,9 @@ def search_by_factors(form: FactoredForm, batch, inst: dict[str, np.ndarray]) ->
         group = group.reshape(-1)
     params = {name: keys[:, j].astype(bool) if name in form.bools else keys[:, j] for j, name in enumerate(form.params)}
     strides = None
-    if form.positions:  # (t, y, x) strides of the grid: a frame, a row, a token
-        dims = keys[:, -3:]
-        strides = np.stack([dims[:, 1] * dims[:, 2], dims[:, 2], np.ones(len(keys), np.int64)], axis=1)
+    if form.positions:  # per group, the strides along the grid's axes (0 along the others, which it lacks)
+        strides = np.zeros((len(keys), 3), np.int64)
+        strides[:, list(form.positions)] = keys[:, -len(form.positions):]
     axis_of = dict(form.axes)
 
     # Differences d = q.c - k.c lie in [-(k dim - 1), q dim - 1]: tables over the widest of the batch.
