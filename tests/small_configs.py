@@ -1,6 +1,8 @@
 """Small configurations of every example (const values, and runtime values per sequence): ragged sizes,
 empty segments and families, several sequences, so that brute force stays cheap."""
 
+import contextlib
+
 SMALL = {
     "block_sparse": ({}, [{"n": 700}]),
     "causal": ({}, [{"n": 300}, {"n": 129}]),
@@ -49,3 +51,17 @@ def packed_call(attn, sequences) -> tuple[list[int], dict]:
     params = {p.name: [val.arrays[p.name].tolist() if p.type.depth else val.scalars[p.name] for val in values]
               for p in attn.program.runtime_params}
     return lengths, {"cu_seqlens": np.concatenate([[0], np.cumsum(lengths)]), **params}
+
+
+@contextlib.contextmanager
+def without_residue_grids():
+    """Compile without the pass that lays a dilated window out as a grid (passes/residue_grid.py), so that the
+    planner's paths and the mask code for residues on a run see the window on its run."""
+    from maskc import passes
+
+    saved = passes.PIPELINE
+    passes.PIPELINE = tuple((name, fn) for name, fn in saved if name != "residue-grids")
+    try:
+        yield
+    finally:
+        passes.PIPELINE = saved

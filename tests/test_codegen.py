@@ -13,7 +13,7 @@ from pathlib import Path
 import host_mask
 import numpy as np
 import pytest
-from small_configs import PINNED, SMALL
+from small_configs import PINNED, SMALL, without_residue_grids
 
 from maskc import __version__
 from maskc.codegen import MAX_REGIONS, render_source
@@ -386,16 +386,22 @@ def test_comparisons_of_both_tokens_split_into_32_bit_sides(host_dir):
 
 @needs_cxx
 def test_a_residue_of_both_tokens_compares_per_row_and_column(host_dir):
-    """dilated_window's `(q - k) % dilation == 0` is `q % dilation == k % dilation`: each side once per row or
-    column, an int compare a pair. Exact for negative and huge divisors, and for sums with sequence terms."""
-    c = compile_file(EXAMPLES / "dilated_window.mask", KernelOptions(arch="sm_90a"))
-    visible = c.source.split("MASKC_FN bool mask_visible")[1].split("\n}\n")[0]
-    assert "floormod" not in visible and re.search(r"\(q\.h\d+ == k\.h\d+\)", visible)
+    """dilated_window's `(q - k) % dilation == 0` on its run is `q % dilation == k % dilation`: each side once per
+    row or column, an int compare a pair. Exact for negative and huge divisors, and for sums with sequence terms.
+    Laid out as a grid of its residues (passes/residue_grid.py), as maskc does, exact for the same values."""
     big = 2**31 - 1
     sequences = [{"n": 300, "window": 10, "dilation": 3}, {"n": 200, "window": 50, "dilation": -4},
                  {"n": 150, "window": 7, "dilation": big}, {"n": 150, "window": 300, "dilation": 1},
                  {"n": 120, "window": -5, "dilation": -(2**31)}]
+    with without_residue_grids():
+        c = compile_file(EXAMPLES / "dilated_window.mask", KernelOptions(arch="sm_90a"))
+    visible = c.source.split("MASKC_FN bool mask_visible")[1].split("\n}\n")[0]
+    assert "floormod" not in visible and re.search(r"\(q\.h\d+ == k\.h\d+\)", visible)
     host_mask.isolated(lambda: host_mask.check_generated_code(c, sequences, host_dir))
+    for arch in ("sm_80", "sm_90a"):
+        c = compile_file(EXAMPLES / "dilated_window.mask", KernelOptions(arch=arch))
+        assert c.program.segments[0].kind == "grid"
+        host_mask.isolated(lambda: host_mask.check_generated_code(c, sequences, host_dir))
     c = compile_text("mask t(a: int = 3, m: int = 5)\nsegments:\n    S = n\nrules:\n"
                      "    S -> S   where 0 != (2 * q + a - k * 3) % m or (k - q + a) % m == 0\n")
     visible = c.source.split("MASKC_FN bool mask_visible")[1].split("\n}\n")[0]

@@ -5,7 +5,6 @@ code (compiled for the host) matches the exact mask. Also the CSR's order and si
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import sys
@@ -22,9 +21,8 @@ from descriptor_check import check_descriptor, check_structure
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mask_gen import random_masks
-from small_configs import PINNED, SMALL
+from small_configs import PINNED, SMALL, without_residue_grids
 
-from maskc import passes
 from maskc.compiler import compile_file, compile_text
 from maskc.kernels import KernelOptions, TileKind
 from maskc.plan import planner
@@ -290,18 +288,6 @@ def test_the_fast_path_reads_a_members_own_list_entries(name, data, config):
 # ---------------------------------------------------------------------------------------------------
 # Rules that factor over the tiles' axes (maskc/plan/factors.py) against the general search
 # ---------------------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def without_residue_grids():
-    """The pipeline without the pass that lays a dilated window out as a grid, so that the planner's paths for
-    runs see the window on its run."""
-    saved = passes.PIPELINE
-    passes.PIPELINE = tuple((name, fn) for name, fn in saved if name != "residue-grids")
-    try:
-        yield
-    finally:
-        passes.PIPELINE = saved
 
 
 def factored(compiled) -> list[bool]:
