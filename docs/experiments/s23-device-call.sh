@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The twenty-third session's device call: the GPU suite on the xpin build (main df810be + x pinned on sm_90a where
-# every segment is a grid or a grid's last row, + the residue-grids pass), the pinned tests on their own, the hd
-# 256 forward probes and the per-frame windows of base (0842145) and xpin, the dilated window's two forms on both builds
-# (docs/experiments/pinned/time_dilated.py), Flex-Triton on the same workload, 
+# The twenty-third session's device call. Part 1: the pinned tests, then the GPU suite, on the xpin build (main
+# df810be + the residue-grids pass + x pinned on sm_90a where every segment is a grid or a grid's last row).
+# Part 2: the dilated window's two forms on base (0842145) and xpin (docs/experiments/pinned/time_dilated.py),
+# Flex-Triton on the same workload, the per-frame windows and the hd 256 forward probes of base and xpin.
 # Build the wheels first: `pip wheel . --no-deps -w .whl/xpin` on the xpin branch, the same at 0842145 into
 # .whl/base, lark and click into .whl/deps; run as `OUT=$OUT PART=1 bash docs/experiments/s23-device-call.sh` (carry
 # .whl), then PART=2 on the same warm machine (each part fits one call's 600 s).
