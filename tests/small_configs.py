@@ -29,12 +29,14 @@ SMALL = {
 # Grids whose rules pin an axis, so that their tiles are one token wide along it (plan/tiling.py, pinned_axes):
 # a dilated window written as a grid of `d` columns, windows inside each frame of a video beside text. Mask text
 # and sequences. `dilated_boxes` has the same grid in every sequence, so that the Hopper kernels copy its tiles as
-# boxes (runtime/__init__.py, _grid_box_maps); `dilated`'s differ, so they copy them token by token.
+# boxes (runtime/__init__.py, _grid_box_maps); `dilated_rows`' differ in rows only, so they copy the boxes that
+# stay inside each grid; `dilated`'s differ in width, so they copy them token by token.
 _DILATED = ("mask m(n: int = 96, w: int = 5, d: int = 4)\nsegments:\n    S = grid(n // d, d)\nrules:\n"
             "    S -> S   where q.x == k.x and 0 <= q.y - k.y < w\n")
 PINNED = {
     "dilated": (_DILATED, [{"n": 96}, {"n": 60, "d": 3, "w": 2}, {"n": 8, "d": 8}, {"n": 1200, "d": 4, "w": 40}]),
     "dilated_boxes": (_DILATED, [{"n": 1200, "w": 40}, {"n": 1200, "w": 3}]),
+    "dilated_rows": (_DILATED, [{"n": 1200, "w": 40}, {"n": 1000, "w": 7}, {"n": 1204}]),  # boxes inside each grid
     "frames": ("mask m(h: int = 5, w: int = 6, r: int = 1)\nsegments:\n    T = 3\n    V = grid(3, h, w)\nrules:\n"
                "    V -> V   where q.t == k.t and abs(q.y - k.y) <= r and abs(q.x - k.x) <= r\n    * -> T   full\n",
                [{"n": 93}, {"n": 3 + 3 * 4 * 9, "h": 4, "w": 9, "r": 2}, {"n": 3 + 3 * 20 * 24, "h": 20, "w": 24}]),

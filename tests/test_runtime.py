@@ -344,6 +344,27 @@ def test_grids_that_differ_between_sequences_copy_row_by_row(monkeypatch):
     assert got == {"tm_k_box": b"k" * 128, "grid_boxes": 0, "box_seq_tokens": 0}
 
 
+def test_grids_that_differ_in_rows_only_copy_boxes_inside_each_grid(monkeypatch):
+    """Grids of one width and different heights (a packed batch of dilated windows laid out as grids): the maps
+    take the tallest grid, and grid_boxes 2 tells the kernels to copy a box only where it stays inside its own
+    sequence's grid (templates/sm90a/hopper.cu.j2, load_k_box)."""
+    import maskc.runtime as rt
+
+    made = []
+    monkeypatch.setattr(rt, "grid_box_map", lambda *a: made.append(a) or bytes(128))
+    attn = maskc.loads("mask g(h: int = 4, w: int = 32)\nsegments:\n    I = grid(h, w)\nrules:\n"
+                       "    I -> I   where abs(q.x - k.x) <= 2\n", arch="sm_90a")
+    _, tables, _ = attn.compiled.tables([{"n": 128, "h": 4, "w": 32}, {"n": 320, "h": 10, "w": 32}])
+    k = _tensor("k", (448, 2, 128), _contiguous((448, 2, 128)))
+    got = rt._grid_boxes(attn.compiled, True, tables.seq_table, {"tm_k": b"k" * 128}, {"k": (k, "k", 128)})
+    assert got["grid_boxes"] == 2 and [a[5] for a in made] == [(1, 10, 32)]
+    _, tables, _ = attn.compiled.tables([{"n": 320, "h": 10, "w": 32}] * 2)
+    got = rt._grid_boxes(attn.compiled, True, tables.seq_table, {"tm_k": b"k" * 128}, {"k": (k, "k", 128)})
+    assert got["grid_boxes"] == 1
+    source = attn.compiled.source
+    assert "if (grid_boxes == 2 && last_slot / TILE_X % TILE_Y >= slots.left_y) return false;" in source
+
+
 # -- plans made ahead of the call (Attention.plan) -----------------------------------------------------
 
 

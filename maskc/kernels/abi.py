@@ -161,8 +161,8 @@ TENSOR_MAPS = (
 )
 # Key tiles of the mask's first grid block (Tiling.box_block) in one TMA box per 64 columns, through 5-D maps
 # whose axes are the grid's, instead of one copy per row of the tile. The caller's runtime values and layout
-# decide whether they can be used (the same grid extents in every sequence, sequences whole steps apart on the
-# token axis); where not, grid_boxes is 0 and every tile is copied row by row through tm_k / tm_v. (Q tiles load
+# decide whether they can be used (the same grid extents in every sequence but the outermost, sequences whole steps
+# apart on the token axis); where not, grid_boxes is 0 and every tile is copied row by row through tm_k / tm_v. (Q tiles load
 # once per work item and go row by row: a Q box would need its own box_seq_tokens where q's layout differs.)
 GRID_BOX_MAPS = (
     Arg("tm_k_box", "TensorMap", "k as a 5-D TMA tensor map (head dim, heads, x, y, t), 128B swizzle: x counts tokens "
@@ -171,7 +171,9 @@ GRID_BOX_MAPS = (
     Arg("tm_v_box", "TensorMap", "v, like tm_k_box", "tensor_map"),
 )
 GRID_BOX_FLAGS = (
-    Arg("grid_boxes", "int", "1: tiles of the grid block load through the tm_*_box maps; 0: row by row", "i32"),
+    Arg("grid_boxes", "int", "1: tiles of the grid block load through the tm_*_box maps; 2: the same, but the sequences' "
+                             "grids differ in their outermost extent (the maps take the largest), so a box that "
+                             "reaches past its own grid is copied row by row; 0: row by row", "i32"),
     Arg("box_seq_tokens", "int", "tokens between consecutive sequences on the box maps' x axis (padded batch; 0 "
                                  "packed, where token_offset places a sequence)", "i32"),
 )

@@ -521,8 +521,8 @@ def _grid_boxes(compiled, packed: bool, seq_table: np.ndarray, values: dict[str,
                 tensors: dict[str, tuple[_Tensor, str, int]]) -> dict[str, object]:
     """`tm_NAME_box` for each NAME: (tensor, side, slots), `grid_boxes` and `box_seq_tokens` (abi.GRID_BOXES,
     abi.QUERY_BOXES): 5-D maps whose boxes are `slots` slots of a `side` tile of the grid block (a whole tile,
-    or a step of one). Where this call cannot use them (no grid, grid extents that differ between sequences,
-    sequences that are not whole token steps apart) grid_boxes is 0, the kernels copy row by row, and the maps
+    or a step of one). Where this call cannot use them (no grid, grids whose rows or columns differ between
+    sequences beyond the outermost extent, sequences that are not whole token steps apart) grid_boxes is 0, the kernels copy row by row, and the maps
     are the 4-D ones in `values` (never read)."""
     maps = _grid_box_maps(compiled, packed, seq_table, tensors)
     return maps or {f"tm_{name}_box": values[f"tm_{name}"] for name in tensors} | {"grid_boxes": 0, "box_seq_tokens": 0}
@@ -535,9 +535,17 @@ def _grid_box_maps(compiled, packed, seq_table, tensors) -> dict[str, object] | 
         return None
     columns = [compiled.code.seq_table.block(block, f) for f in ("dims_t", "dims_y", "dims_x")]
     grids = seq_table[:, columns]
-    if (grids != grids[0]).any() or (grids[0] == 0).any():
+    # The grids may differ in their outermost extent (rows of a 2D grid, frames of a 3D one: the strides stay
+    # the same), which the maps take at its largest; the kernels then copy a box only where it stays inside its
+    # sequence's grid (grid_boxes 2), the rest row by row.
+    outermost = 0 if len(compiled.program.segments[tiling.blocks[block].first].dims) == 3 else 1
+    inner = grids[:, outermost + 1:]
+    if (inner != inner[0]).any() or (grids[:, :outermost] != grids[0, :outermost]).any():
         return None
-    grid = tuple(int(d) for d in grids[0])
+    grid = tuple(int(d) for d in grids.max(axis=0))
+    if 0 in grid:
+        return None
+    differ = bool((grids[:, outermost] != grid[outermost]).any())
     options, maps, steps = compiled.options, {}, set()
     for name, (t, side, slots) in tensors.items():
         seq_stride, tok, head = _token_strides(t.strides, packed)
@@ -558,7 +566,7 @@ def _grid_box_maps(compiled, packed, seq_table, tensors) -> dict[str, object] | 
             return None
     if len(steps) != 1:  # one box_seq_tokens serves every map
         return None
-    return maps | {"grid_boxes": 1, "box_seq_tokens": steps.pop()}
+    return maps | {"grid_boxes": 2 if differ else 1, "box_seq_tokens": steps.pop()}
 
 
 def _forward_tensor_arguments(compiled, packed: bool, seq_table: np.ndarray, tq: _Tensor, tk: _Tensor,
