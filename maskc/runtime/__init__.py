@@ -521,9 +521,9 @@ def _grid_boxes(compiled, packed: bool, seq_table: np.ndarray, values: dict[str,
                 tensors: dict[str, tuple[_Tensor, str, int]]) -> dict[str, object]:
     """`tm_NAME_box` for each NAME: (tensor, side, slots), `grid_boxes` and `box_seq_tokens` (abi.GRID_BOXES,
     abi.QUERY_BOXES): 5-D maps whose boxes are `slots` slots of a `side` tile of the grid block (a whole tile,
-    or a step of one). Where this call cannot use them (no grid, grids whose rows or columns differ between
-    sequences beyond the outermost extent, sequences that are not whole token steps apart) grid_boxes is 0, the kernels copy row by row, and the maps
-    are the 4-D ones in `values` (never read)."""
+    or a step of one). Where this call cannot use them (no grid, grids that differ between sequences in more
+    than their outermost extent, sequences that are not whole token steps apart) grid_boxes is 0, the kernels
+    copy row by row, and the maps are the 4-D ones in `values` (never read)."""
     maps = _grid_box_maps(compiled, packed, seq_table, tensors)
     return maps or {f"tm_{name}_box": values[f"tm_{name}"] for name in tensors} | {"grid_boxes": 0, "box_seq_tokens": 0}
 
