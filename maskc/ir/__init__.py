@@ -291,6 +291,13 @@ def params_used(e: Expr) -> set[str]:
     return {n.name for n in walk(e) if isinstance(n, Param)}
 
 
+def token_difference(e: Expr) -> tuple[Token, Token] | None:
+    """(a, b) where `e` is `a - b` of the two tokens' positions (`q - k` or `k - q`); else None."""
+    if isinstance(e, Binary) and e.op == "-" and {e.lhs, e.rhs} == {Token("q", "index"), Token("k", "index")}:
+        return e.lhs, e.rhs
+    return None
+
+
 def uses_side(e: Expr, side: str) -> bool:
     """Whether `e` reads the q (or k) token at all."""
     return any(isinstance(n, (Token, Member)) and n.side == side for n in walk(e))
@@ -438,8 +445,8 @@ class Program:
 
 def is_row_remainder(program: Program, segment: int) -> bool:
     """Whether segment `segment` is the partial last row of the 2D grid before it: `L % W` after
-    `grid(L // W, W)`, fewer tokens than one row (passes/residue_grid.py lays out a segment so where its length
-    is not known to be whole rows)."""
+    `grid(L // W, W)`, fewer tokens than one row (as passes/residue_grid.py lays out a segment whose length is
+    not known to be whole rows)."""
     seg = program.segments[segment]
     if segment == 0 or seg.kind != "single" or not (isinstance(seg.length, Binary) and seg.length.op == "%"):
         return False

@@ -161,9 +161,10 @@ TENSOR_MAPS = (
 )
 # Key tiles of the mask's first grid block (Tiling.box_block) in one TMA box per 64 columns, through 5-D maps
 # whose axes are the grid's, instead of one copy per row of the tile. The caller's runtime values and layout
-# decide whether they can be used (the same grid extents in every sequence but the outermost, sequences whole steps
-# apart on the token axis); where not, grid_boxes is 0 and every tile is copied row by row through tm_k / tm_v. (Q tiles load
-# once per work item and go row by row: a Q box would need its own box_seq_tokens where q's layout differs.)
+# decide whether they can be used (the same grid extents in every sequence but the outermost, sequences whole
+# steps apart on the token axis); where not, grid_boxes is 0 and every tile is copied row by row through tm_k /
+# tm_v. (Q tiles load once per work item and go row by row: a Q box would need its own box_seq_tokens where q's
+# layout differs.)
 GRID_BOX_MAPS = (
     Arg("tm_k_box", "TensorMap", "k as a 5-D TMA tensor map (head dim, heads, x, y, t), 128B swizzle: x counts tokens "
                                  "from the tensor's start, y and t step by the grid's row and frame; boxes of 64 x 1 x "

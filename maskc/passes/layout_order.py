@@ -35,10 +35,10 @@ def _token_pair(node: ir.Compare) -> tuple[ir.Expr, ir.Expr] | None:
     if {lhs, rhs} == {_K, _Q}:
         return lhs, rhs
     zero = ir.Const(0)
-    if rhs == zero and isinstance(lhs, ir.Binary) and lhs.op == "-" and {lhs.lhs, lhs.rhs} == {_K, _Q}:
-        return lhs.lhs, lhs.rhs
-    if lhs == zero and isinstance(rhs, ir.Binary) and rhs.op == "-" and {rhs.lhs, rhs.rhs} == {_K, _Q}:
-        return rhs.rhs, rhs.lhs
+    if rhs == zero and (pair := ir.token_difference(lhs)):
+        return pair
+    if lhs == zero and (pair := ir.token_difference(rhs)):
+        return pair[::-1]
     return None
 
 

@@ -8,15 +8,17 @@ pinned_axes), and most of them are full. This pass makes that layout where the r
     S = L                              S = grid(L // abs(d), abs(d))
                                        S_tail = L % abs(d)                  (the partial last row)
     S -> S where P and c        ->     S -> S where P and q.x == k.x
-                                       S_tail -> S|S_tail where P and c     (the pairs of the tail)
-                                       S -> S_tail where P and c
+                                       S_tail -> S where P and k.x == q.pos
+                                       S_tail -> S_tail where P and q == k
+                                       S -> S_tail where P and q.x == k.pos
 
 for a single segment S whose every rule between its own tokens has a conjunct c of the form `(q - k) % d == 0`
-(the same d in each, any expression of the sequence's values). Tokens keep their positions (`q`, `k` are
-unchanged), so every predicate keeps its meaning; a segment whose rules read positions inside it (`q.pos`) is
-left alone, since the tail's would start again from 0. Rules with S on one side only get the tail beside S.
-Where L and d are constants and d divides L, there is no tail. Only where S is the layout's one segment that is
-not a grid (see `residue_grids`).
+(the same d in each, any expression of the sequence's values). The tail starts a row, so a tail token's column
+is its position in the tail, and it is shorter than a row, so two of its tokens share a residue only where they
+are the same. Tokens keep their positions (`q`, `k` are unchanged), so every predicate keeps its meaning; a
+segment whose rules read positions inside it (`q.pos`) is left alone, since the tail's would start again from 0.
+Rules with S on one side only get the tail beside S. Where L and d are constants and d divides L, there is no
+tail. Only where S is the layout's one segment that is not a grid (see `residue_grids`).
 """
 
 from __future__ import annotations
@@ -25,13 +27,10 @@ from dataclasses import replace
 
 from maskc import ir
 
+from maskc.codegen.mask_code import MAX_REGIONS
+from maskc.front.check import MAX_SEGMENT_NAMES
+
 from .fold import simplify
-
-# The limits the rewrite must stay inside (front/check.py, codegen/mask_code.py): segment names, and rules.
-_MAX_SEGMENTS = 32
-_MAX_REGIONS = 31
-
-_Q, _K = ir.Token("q", "index"), ir.Token("k", "index")
 
 
 def residue_grids(program: ir.Program) -> ir.Program:
@@ -46,8 +45,8 @@ def residue_grids(program: ir.Program) -> ir.Program:
     if divisor is None:
         return program
     rewritten = lay_out_as_grid(program, segment, divisor)
-    return rewritten if len(rewritten.segments) <= _MAX_SEGMENTS and len(rewritten.regions) <= _MAX_REGIONS \
-        else program
+    fits = len(rewritten.segments) <= MAX_SEGMENT_NAMES and len(rewritten.regions) <= MAX_REGIONS
+    return rewritten if fits else program
 
 
 def residue_conjunct(e: ir.Expr) -> ir.Expr | None:
@@ -55,10 +54,8 @@ def residue_conjunct(e: ir.Expr) -> ir.Expr | None:
     if not (isinstance(e, ir.Compare) and e.op == "=="):
         return None
     for mod, zero in ((e.lhs, e.rhs), (e.rhs, e.lhs)):
-        if zero == ir.Const(0) and isinstance(mod, ir.Binary) and mod.op == "%":
-            diff = mod.lhs
-            if isinstance(diff, ir.Binary) and diff.op == "-" and {diff.lhs, diff.rhs} == {_Q, _K}:
-                return mod.rhs
+        if zero == ir.Const(0) and isinstance(mod, ir.Binary) and mod.op == "%" and ir.token_difference(mod.lhs):
+            return mod.rhs
     return None
 
 
@@ -130,27 +127,21 @@ def lay_out_as_grid(program: ir.Program, segment: ir.Segment, divisor: ir.Expr) 
 
 
 def _tail_rows(region: ir.Region, grid: str, tail: str, divisor: ir.Expr) -> list[ir.Region]:
-    """A rule between the tail and the grid (or the tail itself), its residue conjunct said in columns where its
-    sides allow: the tail starts a row, so a tail token's column is its position in the tail, `q.pos`; the tail
-    is shorter than a row, so two of its tokens share a residue only where they are the same token. The planner
-    bounds these forms per tile (the residue it cannot), and the kernels test them without a division."""
-    def said(pred_for: dict[tuple[str, str], ir.Expr]) -> list[ir.Region]:
-        out = []
-        for q_name in region.q.segments:
-            for k_name in region.k.segments:
-                same = pred_for[(q_name, k_name)]
-                parts = [same if residue_conjunct(c) == divisor else c for c in ir.conjuncts(region.pred)]
-                out.append(replace(region, q=replace(region.q, segments=(q_name,)),
-                                   k=replace(region.k, segments=(k_name,)), pred=ir.conjoin(parts, region.pred.span)))
-        return out
-
-    span = divisor.span
+    """A rule between the tail and the grid (or the tail itself), one rule per pair of segments, its residue
+    conjunct said in columns (see the module's comment). The planner bounds these forms per tile (the residue it
+    cannot), and the kernels test them without a division. A rule with other segments is left as it is."""
     if set(region.q.segments) | set(region.k.segments) > {grid, tail}:
         return [region]
-    return said({(tail, grid): ir.Compare("==", ir.Token("k", "x", span=span), ir.Token("q", "pos", span=span), span=span),
-                 (grid, tail): ir.Compare("==", ir.Token("q", "x", span=span), ir.Token("k", "pos", span=span), span=span),
-                 (tail, tail): ir.Compare("==", ir.Token("q", "index", span=span), ir.Token("k", "index", span=span),
-                                          span=span)})
+
+    def same(a: tuple[str, str], b: tuple[str, str]) -> ir.Expr:
+        return ir.Compare("==", ir.Token(*a, span=divisor.span), ir.Token(*b, span=divisor.span), span=divisor.span)
+
+    column = {(tail, grid): same(("k", "x"), ("q", "pos")), (grid, tail): same(("q", "x"), ("k", "pos")),
+              (tail, tail): same(("q", "index"), ("k", "index"))}
+    return [replace(region, q=replace(region.q, segments=(q_name,)), k=replace(region.k, segments=(k_name,)),
+                    pred=ir.conjoin([column[(q_name, k_name)] if residue_conjunct(c) == divisor else c
+                                     for c in ir.conjuncts(region.pred)], region.pred.span))
+            for q_name in region.q.segments for k_name in region.k.segments]
 
 
 def _fresh(program: ir.Program, base: str) -> str:

@@ -107,7 +107,7 @@ def _factored_form(program: ir.Program, region: ir.Region, tiling: Tiling) -> Fa
     # coordinates' differences times the strides).
     own_axes = set(range(3 - len(program.segment(region.q.segments[0]).dims), 3)) if grid else set()
     positions = grid and region.q.segments == region.k.segments
-    conjuncts, axes, factors, positions_read = [], [], [], ()
+    conjuncts, axes, factors, positions_read = [], [], [], False
     for c in _conjuncts(region.pred):
         steps = None if grid else _tile_steps(c)
         if steps:  # constant over every pair of tiles: a factor of its own, whatever else reads the axis
@@ -122,7 +122,7 @@ def _factored_form(program: ir.Program, region: ir.Region, tiling: Tiling) -> Fa
             return None
         conjuncts.append(c)
         axes.append(set(own_axes) if reads_positions else {axis_of[n.attr] for n in nodes if isinstance(n, ir.Token)})
-        positions_read = tuple(sorted(own_axes)) if reads_positions else positions_read
+        positions_read |= reads_positions
     # Conjuncts that share an axis are one factor; those that read no token go with the first factor.
     groups: list[tuple[set[int], list[ir.Expr]]] = []
     for c, read in zip(conjuncts, axes):
@@ -146,7 +146,8 @@ def _factored_form(program: ir.Program, region: ir.Region, tiling: Tiling) -> Fa
         factors.append(Factor(expr, tuple(sorted(read)), "differences" if differences else "absolute"))
     params = tuple(sorted(ir.params_used(region.pred)))
     bools = frozenset(p for p in params if p != "n" and program.param(p).type.elem == "bool")
-    return FactoredForm(tuple(factors), tuple(axis_of.items()), params, bools, positions_read)
+    return FactoredForm(tuple(factors), tuple(axis_of.items()), params, bools,
+                        tuple(sorted(own_axes)) if positions_read else ())
 
 
 def _differences_only(e: ir.Expr) -> bool:
