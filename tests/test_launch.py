@@ -205,8 +205,11 @@ def test_a_launch_re_pointed_at_other_tensors_is_the_one_a_checked_call_prepares
         assert {n for n in a if a[n] != b[n]} - made_again <= new_at_every_call
         assert a["q"] == _pointer(second[0]) if "q" in a else a["tm_q"][:8] == _pointer(second[0])
     if name.startswith("clear") and arch == "sm_90a":  # whole grid boxes: their maps moved with the tensors
-        assert repointed[0]["grid_boxes"] == (1).to_bytes(4, "little")
-        assert repointed[0]["tm_k_box"][:8] == _pointer(second[1])
+        q, k, v, _, _, d_out = second
+        for launch in repointed:  # the forward's Q and key tiles; the backward's steps of Q and dO, its K and V
+            boxes = {"tm_q_box": q, "tm_k_box": k, "tm_v_box": v} | ({"tm_dout_box": d_out} if "dq" in launch else {})
+            assert launch["grid_boxes"] == (1).to_bytes(4, "little")
+            assert {n: launch[n][:8] for n in boxes} == {n: _pointer(t) for n, t in boxes.items()}
 
 
 @pytest.mark.parametrize("backward", [False, True])

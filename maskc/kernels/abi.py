@@ -159,18 +159,11 @@ TENSOR_MAPS = (
     Arg("tm_k", "TensorMap", "k, the same with boxes of 64 x 1 x K_RUN x 1", "tensor_map"),
     Arg("tm_v", "TensorMap", "v, like k", "tensor_map"),
 )
-# Key tiles of the mask's first grid block (Tiling.box_block) in one TMA box per 64 columns, through 5-D maps
-# whose axes are the grid's, instead of one copy per row of the tile. The caller's runtime values and layout
-# decide whether they can be used (the same grid extents in every sequence but the outermost, sequences whole
-# steps apart on the token axis); where not, grid_boxes is 0 and every tile is copied row by row through tm_k /
-# tm_v. (Q tiles load once per work item and go row by row: a Q box would need its own box_seq_tokens where q's
-# layout differs.)
-GRID_BOX_MAPS = (
-    Arg("tm_k_box", "TensorMap", "k as a 5-D TMA tensor map (head dim, heads, x, y, t), 128B swizzle: x counts tokens "
-                                 "from the tensor's start, y and t step by the grid's row and frame; boxes of 64 x 1 x "
-                                 "the grid block's key tile shape (x, y, t)", "tensor_map"),
-    Arg("tm_v_box", "TensorMap", "v, like tm_k_box", "tensor_map"),
-)
+# Tiles of the mask's first grid block (Tiling.box_block) in one TMA box per 64 columns, through 5-D maps whose
+# axes are the grid's, instead of one copy per row of the tile (a dilated window's tiles one column wide would
+# take 128 copies a tile). The caller's runtime values and layout decide whether they can be used (the same
+# grid extents in every sequence but the outermost, all the maps' tensors' sequences the same whole steps apart
+# on the token axis); where not, grid_boxes is 0 and every tile is copied row by row through the 4-D maps.
 GRID_BOX_FLAGS = (
     Arg("grid_boxes", "int", "1: tiles of the grid block load through the tm_*_box maps; 2: the same, but the sequences' "
                              "grids differ in their outermost extent (the maps take the largest), so a box that "
@@ -178,14 +171,24 @@ GRID_BOX_FLAGS = (
     Arg("box_seq_tokens", "int", "tokens between consecutive sequences on the box maps' x axis (padded batch; 0 "
                                  "packed, where token_offset places a sequence)", "i32"),
 )
-GRID_BOXES = GRID_BOX_MAPS + GRID_BOX_FLAGS
-# The dK/dV kernels' Q and dO steps (64 queries of a query tile) of the grid block in one box per 64 columns
-# (boxes of the step's shape, Tiling.step_box), under the same conditions.
-QUERY_BOXES = (
-    Arg("tm_q_box", "TensorMap", "q as a 5-D map like the forward's tm_k_box, boxes of 64 x 1 x one step of a query "
-                                 "tile of the grid block (x, y, t)", "tensor_map"),
+KEY_BOX_MAPS = (
+    Arg("tm_k_box", "TensorMap", "k as a 5-D TMA tensor map (head dim, heads, x, y, t), 128B swizzle: x counts tokens "
+                                 "from the tensor's start, y and t step by the grid's row and frame; boxes of 64 x 1 x "
+                                 "the grid block's key tile shape (x, y, t)", "tensor_map"),
+    Arg("tm_v_box", "TensorMap", "v, like tm_k_box", "tensor_map"),
+)
+# The forward's boxes: its Q tile of the grid block (once per work item) and its key tiles.
+GRID_BOXES = (
+    Arg("tm_q_box", "TensorMap", "q as a 5-D map like tm_k_box, boxes of 64 x 1 x the grid block's query tile "
+                                 "shape", "tensor_map"),
+) + KEY_BOX_MAPS + GRID_BOX_FLAGS
+# The backward kernels' Q and dO in steps (64 queries of a query tile, Tiling.step_box: the dK/dV kernels' pipeline
+# steps; the dQ kernel's tile as two), and their K and V tiles, under the same conditions.
+BACKWARD_BOXES = (
+    Arg("tm_q_box", "TensorMap", "q as a 5-D map like tm_k_box, boxes of 64 x 1 x one step of a query tile of the "
+                                 "grid block (x, y, t)", "tensor_map"),
     Arg("tm_dout_box", "TensorMap", "dout, like tm_q_box", "tensor_map"),
-) + GRID_BOX_FLAGS
+) + KEY_BOX_MAPS + GRID_BOX_FLAGS
 PERSISTENT = (
     Arg("packed", "int", "1: a packed batch (tokens at token_offset[b], sequence coordinate 0); 0: padded", "i32"),
     Arg("total_work", "int", "work_items * num_heads: (work item, head) pairs the persistent grid shares out", "i32"),
@@ -242,7 +245,7 @@ SM90A_BACKWARD_ARGS = BACKWARD_ARGS + TENSOR_MAPS + (
                                    "(the longest), then over the rest (any count from 0, one pass, to the items is "
                                    "correct; maskc counts those longer than two heads' shares of the GPU)", "i32"),
     Arg("long_key_items", "int", "the same for the dK/dV kernel's key items", "i32"),
-) + QUERY_BOXES
+) + BACKWARD_BOXES
 # The fused Hopper pass: dQ is summed over key tiles into an fp32 accumulator by the dK/dV kernel, then scaled
 # and rounded into dq by a last kernel.
 SM90A_FUSED_BACKWARD_ARGS = SM90A_BACKWARD_ARGS + (

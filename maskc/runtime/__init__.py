@@ -520,7 +520,7 @@ def _tensor_maps(options, packed: bool, tensors: dict[str, tuple[_Tensor, int]])
 def _grid_boxes(compiled, packed: bool, seq_table: np.ndarray, values: dict[str, object],
                 tensors: dict[str, tuple[_Tensor, str, int]]) -> dict[str, object]:
     """`tm_NAME_box` for each NAME: (tensor, side, slots), `grid_boxes` and `box_seq_tokens` (abi.GRID_BOXES,
-    abi.QUERY_BOXES): 5-D maps whose boxes are `slots` slots of a `side` tile of the grid block (a whole tile,
+    abi.BACKWARD_BOXES): 5-D maps whose boxes are `slots` slots of a `side` tile of the grid block (a whole tile,
     or a step of one). Where this call cannot use them (no grid, grids that differ between sequences in more
     than their outermost extent, sequences that are not whole token steps apart) grid_boxes is 0, the kernels
     copy row by row, and the maps are the 4-D ones in `values` (never read)."""
@@ -578,8 +578,13 @@ def _forward_tensor_arguments(compiled, packed: bool, seq_table: np.ndarray, tq:
         return {"q": tq.ptr, "k": tk.ptr, "v": tv.ptr}
     q_run, k_run = compiled.tiling.run("q"), compiled.tiling.run("k")
     maps = _tensor_maps(options, packed, {"q": (tq, q_run), "k": (tk, k_run), "v": (tv, k_run)})
-    key_tiles = {"k": (tk, "k", options.block_k), "v": (tv, "k", options.block_k)}
-    return maps | _grid_boxes(compiled, packed, seq_table, maps, key_tiles)
+    tiles = {"q": (tq, "q", options.block_q)} | _key_tiles(options, tk, tv)
+    return maps | _grid_boxes(compiled, packed, seq_table, maps, tiles)
+
+
+def _key_tiles(options, tk: _Tensor, tv: _Tensor) -> dict[str, tuple[_Tensor, str, int]]:
+    """Whole key tiles of k and v as _grid_boxes takes them: the forward's tiles, and the backward kernels' own."""
+    return {"k": (tk, "k", options.block_k), "v": (tv, "k", options.block_k)}
 
 
 def _backward_tensor_arguments(compiled, packed: bool, seq_table: np.ndarray, tq: _Tensor, tk: _Tensor,
@@ -592,8 +597,8 @@ def _backward_tensor_arguments(compiled, packed: bool, seq_table: np.ndarray, tq
         q_run, k_run = min(compiled.tiling.run("q"), bwd.q_step), compiled.tiling.run("k")
         maps = _tensor_maps(compiled.options, packed, {"q": (tq, q_run), "dout": (tdo, q_run), "k": (tk, k_run),
                                                        "v": (tv, k_run)})
-        query_steps = {"q": (tq, "q", bwd.q_step), "dout": (tdo, "q", bwd.q_step)}
-        values |= maps | _grid_boxes(compiled, packed, seq_table, maps, query_steps)
+        boxes = {"q": (tq, "q", bwd.q_step), "dout": (tdo, "q", bwd.q_step)} | _key_tiles(compiled.options, tk, tv)
+        values |= maps | _grid_boxes(compiled, packed, seq_table, maps, boxes)
     return values
 
 

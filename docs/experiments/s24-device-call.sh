@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The twenty-fourth session's device calls. Wheels: `pip wheel . --no-deps -w .whl/main` (and .whl/<build> for any
+# other build), lark and click in .whl/deps; carry .whl. PART=fuzz: the random masks at depth on main (first run
+# since the nineteenth session's failure and its fix, 9db6979). PART=dilated: the packed dilated window's backward
+# (docs/experiments/pinned/time_dilated.py) on each build in BUILDS, alternating.
+set -uo pipefail
+export PYTHONSAFEPATH=1 PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,temperature.gpu,power.draw,clocks.sm --format=csv,noheader | tee -a $OUT/gpu.txt
+for b in ${BUILDS:-main}; do [ -d /tmp/site-$b ] && continue; python3 -m pip install -q --no-index --no-deps --no-cache-dir --target /tmp/site-$b .whl/deps/*.whl .whl/$b/*.whl; done
+use() { export PYTHONPATH=/tmp/site-$1 PATH=/tmp/site-$1/bin:$PATH MASKC_CACHE_DIR=/tmp/mc-$1 MASKC_COMMIT=$1; }
+case "${PART:-fuzz}" in
+fuzz)
+  (use main; python3 -c "import torch, triton, cupy, maskc; print('torch', torch.__version__, 'triton', triton.__version__, 'cupy', cupy.__version__, maskc.__file__)" | tee -a $OUT/gpu.txt
+   MASKC_GPU_FUZZ_LOG=$OUT/fuzz-fails.txt MASKC_GPU_FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-25} timeout ${FUZZ_TIMEOUT:-520} \
+     python3 -m pytest -q -m gpu -n 12 -p no:cacheprovider -W ignore::DeprecationWarning -rf \
+     tests/gpu/test_random_masks.py > $OUT/fuzz.log 2>&1
+   echo "fuzz: $(tail -1 $OUT/fuzz.log)"; grep -E "^(FAILED|PASSED|ERROR)" $OUT/fuzz.log | head
+   [ -s $OUT/fuzz-fails.txt ] && head -40 $OUT/fuzz-fails.txt) ;;
+dilated)
+  for round in 1 2; do for b in ${BUILDS}; do (use $b; echo "== $b round $round"; timeout 100 python3 docs/experiments/pinned/time_dilated.py) 2>&1 | grep -v -i warn | tee -a $OUT/dilated.log; done; done ;;
+esac
