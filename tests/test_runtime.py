@@ -305,7 +305,7 @@ def _contiguous(shape):
                                           ("gapped", None)])
 def test_grid_key_tiles_use_whole_boxes_where_the_layout_allows(layout, step, monkeypatch):
     """The Hopper forward's 5-D box maps (abi.GRID_BOXES): one per tensor with the grid's extents and the key
-    tile as its box, and box_seq_tokens placing each sequence on the x axis; where sequences are not whole
+    tile as its box, and k_box_seq_tokens placing each sequence on the x axis; where sequences are not whole
     token steps apart (or differ in grid extents, below), grid_boxes is 0 and the 4-D maps stand in."""
     import maskc.runtime as rt
 
@@ -323,9 +323,10 @@ def test_grid_key_tiles_use_whole_boxes_where_the_layout_allows(layout, step, mo
     got = rt._grid_boxes(attn.compiled, layout == "packed", tables.seq_table, fallback,
                          {"k": (k, "k", 128), "v": (v, "k", 128)})
     if step is None:
-        assert got == {"tm_k_box": b"k" * 128, "tm_v_box": b"v" * 128, "grid_boxes": 0, "box_seq_tokens": 0}
+        assert got == {"tm_k_box": b"k" * 128, "tm_v_box": b"v" * 128, "grid_boxes": 0, "q_box_seq_tokens": 0,
+                       "k_box_seq_tokens": 0}
         return
-    assert got["grid_boxes"] == 1 and got["box_seq_tokens"] == step
+    assert got["grid_boxes"] == 1 and got["k_box_seq_tokens"] == step
     assert [a[5] for a in made] == [(1, 12, 25)] * 2  # (t, y, x) extents of the grid
     assert [a[8] for a in made] == [attn.compiled.tiling.blocks[0].k_shape] * 2 == [(1, 8, 16)] * 2
     extent = {"packed": 2 * n, "padded": n + n, "heads_first": 2 * n + n, "one": n}[layout]
@@ -341,7 +342,7 @@ def test_grids_that_differ_between_sequences_copy_row_by_row(monkeypatch):
     _, tables, _ = attn.compiled.tables([{"n": 128, "h": 4, "w": 32}, {"n": 128, "h": 8, "w": 16}])
     k = _tensor("k", (256, 2, 128), _contiguous((256, 2, 128)))
     got = rt._grid_boxes(attn.compiled, True, tables.seq_table, {"tm_k": b"k" * 128}, {"k": (k, "k", 128)})
-    assert got == {"tm_k_box": b"k" * 128, "grid_boxes": 0, "box_seq_tokens": 0}
+    assert got == {"tm_k_box": b"k" * 128, "grid_boxes": 0, "q_box_seq_tokens": 0, "k_box_seq_tokens": 0}
 
 
 def test_grids_that_differ_in_rows_only_copy_boxes_inside_each_grid(monkeypatch):

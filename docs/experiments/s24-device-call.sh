@@ -2,7 +2,8 @@
 # The twenty-fourth session's device calls. Wheels: `pip wheel . --no-deps -w .whl/main` (and .whl/<build> for any
 # other build), lark and click in .whl/deps; carry .whl. PART=fuzz: the random masks at depth on main (first run
 # since the nineteenth session's failure and its fix, 9db6979). PART=dilated: the packed dilated window's backward
-# (docs/experiments/pinned/time_dilated.py) on each build in BUILDS, alternating.
+# (docs/experiments/pinned/time_dilated.py) on each build in BUILDS, alternating. PART=boxes: the grid tests on the
+# box build (whole-box copies of every tile of the grid block), then the dilated window on main and box.
 set -uo pipefail
 export PYTHONSAFEPATH=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,temperature.gpu,power.draw,clocks.sm --format=csv,noheader | tee -a $OUT/gpu.txt
@@ -15,7 +16,12 @@ fuzz)
      python3 -m pytest -q -m gpu -n 12 -p no:cacheprovider -W ignore::DeprecationWarning -rf \
      tests/gpu/test_random_masks.py > $OUT/fuzz.log 2>&1
    echo "fuzz: $(tail -1 $OUT/fuzz.log)"; grep -E "^(FAILED|PASSED|ERROR)" $OUT/fuzz.log | head
-   [ -s $OUT/fuzz-fails.txt ] && head -40 $OUT/fuzz-fails.txt) ;;
+   if [ -s $OUT/fuzz-fails.txt ]; then head -40 $OUT/fuzz-fails.txt; fi) ;;
+boxes)  # the grid tests on the box build, then the dilated window on main and box
+  (use box; timeout ${TESTS_S:-200} python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider -W ignore::DeprecationWarning -rf tests/gpu \
+     -k "pinned or dilated or natten or video or clear or grid or box" > $OUT/pytest-grids.log 2>&1
+   echo "grid tests (box): $(tail -1 $OUT/pytest-grids.log)"; grep -E "^FAILED" $OUT/pytest-grids.log | head)
+  for b in main box; do (use $b; echo "== $b"; timeout 100 python3 docs/experiments/pinned/time_dilated.py) 2>&1 | grep -v -i warn | tee -a $OUT/dilated.log; done ;;
 dilated)
   for round in 1 2; do for b in ${BUILDS}; do (use $b; echo "== $b round $round"; timeout 100 python3 docs/experiments/pinned/time_dilated.py) 2>&1 | grep -v -i warn | tee -a $OUT/dilated.log; done; done ;;
 esac

@@ -519,13 +519,13 @@ def _tensor_maps(options, packed: bool, tensors: dict[str, tuple[_Tensor, int]])
 
 def _grid_boxes(compiled, packed: bool, seq_table: np.ndarray, values: dict[str, object],
                 tensors: dict[str, tuple[_Tensor, str, int]]) -> dict[str, object]:
-    """`tm_NAME_box` for each NAME: (tensor, side, slots), `grid_boxes` and `box_seq_tokens` (abi.GRID_BOXES,
+    """`tm_NAME_box` for each NAME: (tensor, side, slots), `grid_boxes` and `SIDE_box_seq_tokens` (abi.GRID_BOXES,
     abi.BACKWARD_BOXES): 5-D maps whose boxes are `slots` slots of a `side` tile of the grid block (a whole tile,
     or a step of one). Where this call cannot use them (no grid, grids that differ between sequences in more
     than their outermost extent, sequences that are not whole token steps apart) grid_boxes is 0, the kernels
     copy row by row, and the maps are the 4-D ones in `values` (never read)."""
     maps = _grid_box_maps(compiled, packed, seq_table, tensors)
-    return maps or {f"tm_{name}_box": values[f"tm_{name}"] for name in tensors} | {"grid_boxes": 0, "box_seq_tokens": 0}
+    return maps or {f"tm_{name}_box": values[f"tm_{name}"] for name in tensors} | {"grid_boxes": 0, "q_box_seq_tokens": 0, "k_box_seq_tokens": 0}
 
 
 def _grid_box_maps(compiled, packed, seq_table, tensors) -> dict[str, object] | None:
@@ -546,7 +546,7 @@ def _grid_box_maps(compiled, packed, seq_table, tensors) -> dict[str, object] | 
     if 0 in grid:
         return None
     differ = bool((grids[:, outermost] != grid[outermost]).any())
-    options, maps, steps = compiled.options, {}, set()
+    options, maps, steps = compiled.options, {}, {"q": set(), "k": set()}
     for name, (t, side, slots) in tensors.items():
         seq_stride, tok, head = _token_strides(t.strides, packed)
         if packed or t.shape[0] == 1:
@@ -558,15 +558,15 @@ def _grid_box_maps(compiled, packed, seq_table, tensors) -> dict[str, object] | 
             return None
         if extent >= 2**31:  # x coordinates are 32-bit
             return None
-        steps.add(seq_step)
+        steps[side].add(seq_step)
         try:
             maps[f"tm_{name}_box"] = grid_box_map(t.ptr, options.dtype, options.head_dim, t.shape[-2], extent, grid,
                                                   head, tok, tiling.step_box(side, slots))
         except ValueError:  # e.g. a box larger than a grid whose extents are runtime values: copy rows instead
             return None
-    if len(steps) != 1:  # one box_seq_tokens serves every map
+    if any(len(s) > 1 for s in steps.values()):  # one step serves the maps of each side
         return None
-    return maps | {"grid_boxes": 2 if differ else 1, "box_seq_tokens": steps.pop()}
+    return maps | {"grid_boxes": 2 if differ else 1} | {f"{side}_box_seq_tokens": min(s, default=0) for side, s in steps.items()}
 
 
 def _forward_tensor_arguments(compiled, packed: bool, seq_table: np.ndarray, tq: _Tensor, tk: _Tensor,

@@ -161,10 +161,12 @@ def test_example_hopper_64_key_tiles(name, head_dim):
 
 @pytest.mark.skipif("sm_90a" not in FAMILIES, reason="a Hopper-family option")
 @pytest.mark.parametrize("layout", ["packed", "padded", "heads_first"])
-def test_grid_key_tiles_load_as_whole_boxes(layout, monkeypatch):
-    """The Hopper forward copies a grid's key tiles as one TMA box per 64 columns (grid_boxes = 1) in every
-    common layout, and stays exact: interior tiles as boxes, tiles cut by the grid's edges row by row (x) or
-    zero-filled (y), sequences placed on the box maps' x axis by token_offset (packed) or box_seq_tokens."""
+def test_grid_tiles_load_as_whole_boxes(layout, monkeypatch):
+    """The Hopper kernels copy a grid's tiles as one TMA box per 64 columns (grid_boxes = 1) in every common
+    layout, and stay exact: interior tiles as boxes, tiles cut by the grid's edges row by row (x) or zero-filled
+    (y), sequences placed on the box maps' x axis by token_offset (packed) or SIDE_box_seq_tokens (padded; with
+    GQA the query and key sides differ where heads come first). The forward's Q and key tiles; both backward
+    passes' steps of Q and dO and their K and V tiles."""
     import maskc.runtime
 
     used = []
@@ -185,11 +187,25 @@ def test_grid_key_tiles_load_as_whole_boxes(layout, monkeypatch):
         call = dict(r=radii)
     out, lse = attn(q, k, v, return_lse=True, **call)
     torch.cuda.synchronize()
-    assert used and used[-1] is not None and used[-1]["grid_boxes"] == 1
-    assert used[-1]["box_seq_tokens"] == {"packed": 0, "padded": n, "heads_first": heads[1] * n}[layout]
+    steps = [{"packed": 0, "padded": n, "heads_first": h * n}[layout] for h in heads]
+
+    def boxes_used():
+        assert used and used[-1] is not None and used[-1]["grid_boxes"] == 1
+        assert [used[-1]["q_box_seq_tokens"], used[-1]["k_box_seq_tokens"]] == steps
+
+    boxes_used()
     values, layouts = attn.compiled.bind([{"n": n, "r": r} for r in radii])
     masks = [dense_mask(attn.program, lay, val) for lay, val in zip(layouts, values)]
     check(out, lse, q, k, v, masks, [n, n], 1.0 / math.sqrt(128), layout == "packed")
+    from test_backward import check_grads
+
+    d_out = torch.randn(q.shape, device="cuda", dtype=torch.bfloat16, generator=gen).as_strided(q.shape, q.stride())
+    for kernels in ("hopper_fused", "hopper"):
+        attn = maskc.load(EXAMPLES / "clear.mask", arch="sm_90a", h=21, w=76, backward_kernels=kernels)
+        leaves = [x.detach().clone().requires_grad_(True) for x in (q, k, v)]  # (clone keeps the strides)
+        attn(*leaves, **call).backward(d_out)
+        boxes_used()
+        check_grads([x.grad for x in leaves], (q, k, v, d_out), masks, [n, n], 1.0 / math.sqrt(128), layout == "packed")
 
 
 @pytest.mark.parametrize("arch", FAMILIES)
