@@ -22,6 +22,19 @@ boxes)  # the grid tests on the box build, then the dilated window on main and b
      -k "pinned or dilated or natten or video or clear or grid or box" > $OUT/pytest-grids.log 2>&1
    echo "grid tests (box): $(tail -1 $OUT/pytest-grids.log)"; grep -E "^FAILED" $OUT/pytest-grids.log | head)
   for b in main box; do (use $b; echo "== $b"; timeout 100 python3 docs/experiments/pinned/time_dilated.py) 2>&1 | grep -v -i warn | tee -a $OUT/dilated.log; done ;;
+suite)  # the GPU suite on the box build, then the dilated window on main and box
+  (use box; timeout ${SUITE_S:-330} python3 -m pytest -q -m gpu -n 16 -p no:cacheprovider -W ignore::DeprecationWarning -rf tests \
+     > $OUT/pytest-suite.log 2>&1
+   echo "suite (box): $(tail -1 $OUT/pytest-suite.log)"; grep -E "^FAILED" $OUT/pytest-suite.log | head)
+  for b in main box; do (use $b; echo "== $b"; timeout 100 python3 docs/experiments/pinned/time_dilated.py) 2>&1 | grep -v -i warn | tee -a $OUT/dilated.log; done ;;
+probes)  # grid masks forward and backward, hd 128 (and PROBE_ARGS), alternating main and box
+  for round in 1 2; do for b in main box; do (use $b; echo "== $b round $round"; timeout 70 python3 bench/probe.py ${PROBE_ARGS:-} clear clear_text natten2d video3d; timeout 90 python3 bench/probe.py --backward ${PROBE_ARGS:-} clear clear_text natten2d video3d) 2>&1 | grep -v -i warn | tee -a $OUT/probes.log; done; done ;;
+s32)  # docs/experiments/bwd-portable-dq-slice32-hd64-call.sh's steps (BUILDS="main s32")
+  (use s32; timeout 200 python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider -W ignore::DeprecationWarning \
+      tests/gpu/test_backward.py -k "hd64 and (sm_90-default or portable)" > $OUT/pytest-s32.log 2>&1
+   echo "s32 portable hd64 gradients: $(tail -1 $OUT/pytest-s32.log)")
+  for b in main s32 main s32; do (use $b; echo "== $b"; timeout 90 python3 bench/bwd_kernels.py --head-dim 64 \
+      --archs sm_90 sm_90a:portable --workloads causal document hstu full) 2>&1 | grep -v -i warn | tee -a $OUT/bwd-s32.log; done ;;
 dilated)
   for round in 1 2; do for b in ${BUILDS}; do (use $b; echo "== $b round $round"; timeout 100 python3 docs/experiments/pinned/time_dilated.py) 2>&1 | grep -v -i warn | tee -a $OUT/dilated.log; done; done ;;
 esac
