@@ -30,11 +30,14 @@ suite)  # the GPU suite on the box build, then the dilated window on main and bo
 probes)  # grid masks forward and backward, hd 128 (and PROBE_ARGS), alternating main and box
   for round in 1 2; do for b in main box; do (use $b; echo "== $b round $round"; timeout 70 python3 bench/probe.py ${PROBE_ARGS:-} clear clear_text natten2d video3d; timeout 90 python3 bench/probe.py --backward ${PROBE_ARGS:-} clear clear_text natten2d video3d) 2>&1 | grep -v -i warn | tee -a $OUT/probes.log; done; done ;;
 s32)  # docs/experiments/bwd-portable-dq-slice32-hd64-call.sh's steps (BUILDS="main s32")
-  (use s32; timeout 200 python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider -W ignore::DeprecationWarning \
+  (use s32; timeout 150 python3 -m pytest -q -m gpu -n 12 -p no:cacheprovider -W ignore::DeprecationWarning \
       tests/gpu/test_backward.py -k "hd64 and (sm_90-default or portable)" > $OUT/pytest-s32.log 2>&1
    echo "s32 portable hd64 gradients: $(tail -1 $OUT/pytest-s32.log)")
-  for b in main s32 main s32; do (use $b; echo "== $b"; timeout 90 python3 bench/bwd_kernels.py --head-dim 64 \
+  for b in main s32 main s32; do (use $b; echo "== $b"; timeout 70 python3 bench/bwd_kernels.py --head-dim 64 \
       --archs sm_90 sm_90a:portable --workloads causal document hstu full) 2>&1 | grep -v -i warn | tee -a $OUT/bwd-s32.log; done ;;
+harness)  # the dilated window against Flex-Triton, forward and backward, on the box build (now main)
+  (use box; timeout 200 python3 bench/harness.py --workloads dilated_window natten2d video3d --systems maskc flex-triton --backward 2>&1 \
+     | grep -v -i warn | tail -30 | tee $OUT/harness.log) ;;
 dilated)
   for round in 1 2; do for b in ${BUILDS}; do (use $b; echo "== $b round $round"; timeout 100 python3 docs/experiments/pinned/time_dilated.py) 2>&1 | grep -v -i warn | tee -a $OUT/dilated.log; done; done ;;
 esac
