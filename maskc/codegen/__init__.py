@@ -90,6 +90,13 @@ def _seq_value_ref(code: MaskCode, e: ir.Expr) -> str:
     return f"(int)s.v{len(code.seq_values) - 1}"
 
 
+def one_rule_kinds(code: MaskCode) -> list[int]:
+    """The kind of a partial tile of one eager rule, for each such rule where there are several (a single rule, or
+    rules tested only where their bit is set, gain nothing from a constant kind)."""
+    eager = [abi.TileKind.rule_bit(r.index) for r in code.regions if r.eager]
+    return eager if len(eager) > 1 else []
+
+
 def banner_name(program: ir.Program) -> str:
     """How the banner names the mask: the file's base name (`hstu.mask`), `<stdin>` or `<mask>`. Never the
     path as typed, so that the same file gives the same bytes from any directory."""
@@ -141,6 +148,9 @@ def render_source(program: ir.Program, options: KernelOptions, source_name: str 
         family_lists=family_lists(program),
         layout_uses_n=ir.layout_uses_n(program),
         max_members=ir.MAX_FAMILY_MEMBERS,
+        # The kinds of partial tiles of one rule that the pair-by-pair masks specialise (templates/common/rule_kinds.j2):
+        # one per eager rule, where there are several.
+        one_rule_kinds=one_rule_kinds(code),
         TileKind=abi.TileKind,
         CLASS_EMPTY=abi.CLASS_EMPTY,
         CLASS_FULL=abi.CLASS_FULL,
