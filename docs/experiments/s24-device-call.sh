@@ -35,6 +35,19 @@ s32)  # docs/experiments/bwd-portable-dq-slice32-hd64-call.sh's steps (BUILDS="m
    echo "s32 portable hd64 gradients: $(tail -1 $OUT/pytest-s32.log)")
   for b in main s32 main s32; do (use $b; echo "== $b"; timeout 70 python3 bench/bwd_kernels.py --head-dim 64 \
       --archs sm_90 sm_90a:portable --workloads causal document hstu full) 2>&1 | grep -v -i warn | tee -a $OUT/bwd-s32.log; done ;;
+kinds)  # the forward with one-rule partial tiles specialised (BUILDS="main kinds"): its tests, then probes alternating
+  (use kinds; timeout 150 python3 -m pytest -q -m gpu -n 12 -p no:cacheprovider -W ignore::DeprecationWarning -rf \
+      tests/gpu/test_kernels.py > $OUT/pytest-kinds.log 2>&1
+   echo "kinds forward tests: $(tail -1 $OUT/pytest-kinds.log)"; grep -E "^FAILED" $OUT/pytest-kinds.log | head)
+  for round in 1 2; do for b in main kinds; do (use $b; echo "== $b round $round"; timeout 80 python3 bench/probe.py \
+      clear clear_text natten2d video3d dilated_window tree global_window) 2>&1 | grep -v -i warn | tee -a $OUT/probes-kinds.log; done; done ;;
+kinds-bwd)  # the same for the backward's pair-by-pair masks: gradient tests, then backward probes alternating
+  (use kinds; timeout 150 python3 -m pytest -q -m gpu -n 12 -p no:cacheprovider -W ignore::DeprecationWarning -rf \
+      tests/gpu/test_backward.py -k "clear or dilated or natten or video or grid or pinned or tree or global" > $OUT/pytest-kinds-bwd.log 2>&1
+   echo "kinds backward tests: $(tail -1 $OUT/pytest-kinds-bwd.log)"; grep -E "^FAILED" $OUT/pytest-kinds-bwd.log | head)
+  for round in 1 2; do for b in main kinds; do (use $b; echo "== $b round $round"; timeout 80 python3 bench/probe.py --backward \
+      clear_text dilated_window clear tree global_window; timeout 60 python3 bench/probe.py --backward --backward-kernels hopper \
+      clear_text dilated_window) 2>&1 | grep -v -i warn | tee -a $OUT/probes-kinds-bwd.log; done; done ;;
 harness)  # the dilated window against Flex-Triton, forward and backward, on the box build (now main)
   (use box; timeout 200 python3 bench/harness.py --workloads dilated_window natten2d video3d --systems maskc flex-triton --backward 2>&1 \
      | grep -v -i warn | tail -30 | tee $OUT/harness.log) ;;
