@@ -96,6 +96,20 @@ def test_the_architecture_picks_the_kernel_family(arch, family, tile):
     assert f"dynamic shared memory = {options.family.shared_memory_bytes(options)} bytes" in c.source
 
 
+@pytest.mark.parametrize("name, kinds", [("clear_text", [1, 2, 4]), ("dilated_window", [1, 2, 4]), ("clear", []),
+                                         ("document", [])])
+def test_partial_tiles_of_one_eager_rule_test_that_rule_alone(name, kinds):
+    """Where several rules are eager, every pair-by-pair mask (the forward's, the dQ kernel's, the dK/dV kernel's)
+    first calls its pair loop with the kind of a one-rule tile as a constant (templates/common/rule_kinds.j2); a
+    single rule (clear) and key-interval masks (document) have nothing to specialise."""
+    source = compiled(name, KernelOptions(arch="sm_90a", backward_kernels="hopper")).source
+    for loop in ("mask_pairs(s, ms, q_tile, k_tile, ", "mask_pairs(s, ms, rows, keys, first_key, ",
+                 "mask_pairs_t(s, ms, cols, step_rows, queries, first_query, "):
+        cases = re.findall(r"case (\d+)u: return " + re.escape(loop) + r"(\d+)u", source)  # (case, kind passed)
+        assert [int(case) for case, kind in cases if case == kind] == kinds
+        assert (loop + "kind, ") in source or not kinds  # and the loop for every other kind
+
+
 def test_head_dim_256_is_a_hopper_option_with_its_own_tile():
     options = KernelOptions(head_dim=256, arch="sm_90a")
     assert options.tile == (128, 64)

@@ -366,6 +366,30 @@ def test_grids_that_differ_in_rows_only_copy_boxes_inside_each_grid(monkeypatch)
     assert "if (grid_boxes == 2 && last_slot / TILE_X % TILE_Y >= slots.left_y) return false;" in source
 
 
+def test_the_query_and_key_sides_step_through_the_box_maps_apart(monkeypatch):
+    """q's and k's sequences may be different steps apart on the maps' x axis (GQA with heads first: q's 4 heads
+    make its step 4 n, k's 2 heads 2 n): each side gets its own step. Tensors of one side that disagree (q and a
+    dout laid out otherwise) leave every tile to the row copies."""
+    import maskc.runtime as rt
+
+    monkeypatch.setattr(rt, "grid_box_map", lambda *a: bytes(128))
+    attn = maskc.load(EXAMPLES / "clear.mask", arch="sm_90a", h=12, w=25)  # 300 tokens
+    n = 300
+    _, tables, _ = attn.compiled.tables([{"n": n, "r": 4}] * 2)
+
+    def heads_first(name, heads):
+        return _tensor(name, (2, n, heads, 128), (heads * n * 128, 128, n * 128, 1))
+
+    q, k, v = heads_first("q", 4), heads_first("k", 2), heads_first("v", 2)
+    tiles = {"q": (q, "q", 64), "k": (k, "k", 128), "v": (v, "k", 128)}
+    got = rt._grid_boxes(attn.compiled, False, tables.seq_table, {}, tiles)
+    assert (got["grid_boxes"], got["q_box_seq_tokens"], got["k_box_seq_tokens"]) == (1, 4 * n, 2 * n)
+    dout = _tensor("dout", (2, n, 4, 128), _contiguous((2, n, 4, 128)))  # q's side, step n instead of 4 n
+    fallback = {f"tm_{name}": name.encode() * 32 for name in ("q", "dout", "k", "v")}
+    got = rt._grid_boxes(attn.compiled, False, tables.seq_table, fallback, tiles | {"dout": (dout, "q", 64)})
+    assert got["grid_boxes"] == 0 and got["tm_dout_box"] == fallback["tm_dout"]
+
+
 # -- plans made ahead of the call (Attention.plan) -----------------------------------------------------
 
 
