@@ -244,8 +244,8 @@ def test_a_prepared_launch_holds_every_argument_as_the_kernel_reads_it():
 
     args = SM90A.forward_args
     values = {a.name: i + 1 for i, a in enumerate(args)}
-    values.update({a.name: bytes((7 * i + j) % 256 for j in range(128)) for i, a in enumerate(args) if a.kind == "tensor_map"},
-                  scale_log2=0.25, num_heads=-3)
+    maps = {a.name: bytes((7 * i + j) % 256 for j in range(128)) for i, a in enumerate(args) if a.kind == "tensor_map"}
+    values.update(maps, scale_log2=0.25, num_heads=-3)
     launch = PreparedLaunch((Kernel(1234, 132, 384, 1000),), None, args, values, ("o", "lse"), keep=None)
     addresses = ctypes.cast(launch._params, ctypes.POINTER(ctypes.c_void_p))
     formats = {"ptr": "<Q", "i64": "<q", "i32": "<i", "f32": "<f"}

@@ -161,16 +161,17 @@ TENSOR_MAPS = (
 )
 # Tiles of the mask's first grid block (Tiling.box_block) in one TMA box per 64 columns, through 5-D maps whose
 # axes are the grid's, instead of one copy per row of the tile (a dilated window's tiles one column wide would
-# take 128 copies a tile). The caller's runtime values and layout decide whether they can be used (the same
-# grid extents in every sequence but the outermost, the sequences of q and dout, and those of k and v, the same
-# whole steps apart on the token axis); where not, grid_boxes is 0 and every tile is copied row by row through the 4-D maps.
+# take 128 copies a tile). The caller's runtime values and layout decide whether they can be used: the same grid
+# extents in every sequence but the outermost, and the sequences of q and dout, and those of k and v, the same
+# whole steps apart on the token axis. Where not, grid_boxes is 0 and every tile is copied row by row through the
+# 4-D maps.
 GRID_BOX_FLAGS = (
     Arg("grid_boxes", "int", "1: tiles of the grid block load through the tm_*_box maps; 2: the same, but the sequences' "
                              "grids differ in their outermost extent (the maps take the largest), so a box that "
                              "reaches past its own grid is copied row by row; 0: row by row", "i32"),
     Arg("q_box_seq_tokens", "int", "tokens between consecutive sequences on the x axis of the maps of q (and dout) "
                                    "(padded batch; 0 packed, where token_offset places a sequence)", "i32"),
-    Arg("k_box_seq_tokens", "int", "the same for the maps of k and v (with GQA their heads differ: so may this)", "i32"),
+    Arg("k_box_seq_tokens", "int", "the same for the maps of k and v (with GQA and heads first it differs)", "i32"),
 )
 KEY_BOX_MAPS = (
     Arg("tm_k_box", "TensorMap", "k as a 5-D TMA tensor map (head dim, heads, x, y, t), 128B swizzle: x counts tokens "

@@ -525,7 +525,8 @@ def _grid_boxes(compiled, packed: bool, seq_table: np.ndarray, values: dict[str,
     than their outermost extent, sequences that are not whole token steps apart) grid_boxes is 0, the kernels
     copy row by row, and the maps are the 4-D ones in `values` (never read)."""
     maps = _grid_box_maps(compiled, packed, seq_table, tensors)
-    return maps or {f"tm_{name}_box": values[f"tm_{name}"] for name in tensors} | {"grid_boxes": 0, "q_box_seq_tokens": 0, "k_box_seq_tokens": 0}
+    rows = {"grid_boxes": 0, "q_box_seq_tokens": 0, "k_box_seq_tokens": 0}
+    return maps or {f"tm_{name}_box": values[f"tm_{name}"] for name in tensors} | rows
 
 
 def _grid_box_maps(compiled, packed, seq_table, tensors) -> dict[str, object] | None:
@@ -566,7 +567,8 @@ def _grid_box_maps(compiled, packed, seq_table, tensors) -> dict[str, object] | 
             return None
     if any(len(s) > 1 for s in steps.values()):  # one step serves the maps of each side
         return None
-    return maps | {"grid_boxes": 2 if differ else 1} | {f"{side}_box_seq_tokens": min(s, default=0) for side, s in steps.items()}
+    seq_tokens = {f"{side}_box_seq_tokens": min(s, default=0) for side, s in steps.items()}
+    return maps | {"grid_boxes": 2 if differ else 1} | seq_tokens
 
 
 def _forward_tensor_arguments(compiled, packed: bool, seq_table: np.ndarray, tq: _Tensor, tk: _Tensor,
