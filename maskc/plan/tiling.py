@@ -65,8 +65,8 @@ class Tiling:
 
     @property
     def box_block(self) -> int | None:
-        """The block whose tiles the Hopper kernels copy whole (the forward's key tiles, the dK/dV kernels'
-        query steps), one box per 64 columns, through tensor maps that see the grid's rows and frames: the
+        """The block whose tiles the Hopper kernels copy whole (every tile of both sides, or a step of 64
+        queries of one), one box per 64 columns, through tensor maps that see the grid's rows and frames: the
         first grid block; None when no block is a grid."""
         return next((i for i, b in enumerate(self.blocks) if b.grid), None)
 
