@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The twenty-fifth session's device calls. Wheels: `pip wheel . --no-deps -w .whl/main` (and .whl/<build> for any
+# other build), lark and click in .whl/deps; carry .whl. A build is installed once per machine into /tmp/site-<build>.
+# PART=suite: the whole GPU suite on main (48a5219's load helpers had not run on a GPU), then the forward probes of
+# the grid masks. PART=forms: the dilated window's four forms (docs/experiments/s25/dilated_forms.py). PART=table: issue 6's table (fwd+bwd) and issue 5's forward table, maskc against Flex-Triton.
+set -uo pipefail
+export PYTHONSAFEPATH=1 PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,temperature.gpu,power.draw,clocks.sm --format=csv,noheader | tee -a $OUT/gpu.txt
+for b in ${BUILDS:-main}; do [ -d /tmp/site-$b ] && continue; python3 -m pip install -q --no-index --no-deps --no-cache-dir --target /tmp/site-$b .whl/deps/*.whl .whl/$b/*.whl; done
+use() { export PYTHONPATH=/tmp/site-$1 PATH=/tmp/site-$1/bin:$PATH MASKC_CACHE_DIR=/tmp/mc-$1 MASKC_COMMIT=$1; }
+case "${PART:-suite}" in
+suite)
+  (use main; python3 -c "import torch, triton, cupy, maskc; print('torch', torch.__version__, 'triton', triton.__version__, 'cupy', cupy.__version__, maskc.__file__)" | tee -a $OUT/gpu.txt
+   timeout ${SUITE_S:-400} python3 -m pytest -q -m gpu -n 16 -p no:cacheprovider -W ignore::DeprecationWarning -rf tests \
+     > $OUT/pytest-suite.log 2>&1
+   echo "suite (main): $(tail -1 $OUT/pytest-suite.log)"; grep -E "^FAILED" $OUT/pytest-suite.log | head
+   timeout 90 python3 bench/probe.py clear clear_text natten2d dilated_window global_window 2>&1 | grep -v -i warn | tee $OUT/probes.log) ;;
+table)
+  (use ${BUILD:-main}; timeout 330 python3 bench/harness.py --backward --systems maskc flex-triton --workloads causal shared_prompt hstu \
+     document rm_shared clear clear_text 2>&1 | grep -v -i warn | tail -40 | tee $OUT/harness-backward.log
+   timeout 200 python3 bench/harness.py --systems maskc flex-triton 2>&1 | grep -v -i warn | tail -30 | tee $OUT/harness-forward.log) ;;
+forms)  # the dilated window's four forms (docs/experiments/s25/dilated_forms.py)
+  (use main; timeout 300 python3 docs/experiments/s25/dilated_forms.py 2>&1 | grep -v -i warn | tee $OUT/dilated-forms.log) ;;
+dilated)
+  for round in 1 2; do for b in ${BUILDS}; do (use $b; echo "== $b round $round"; timeout 100 python3 docs/experiments/pinned/time_dilated.py) 2>&1 | grep -v -i warn | tee -a $OUT/dilated.log; done; done ;;
+esac
