@@ -21,6 +21,13 @@ table)
    timeout 200 python3 bench/harness.py --systems maskc flex-triton 2>&1 | grep -v -i warn | tail -30 | tee $OUT/harness-forward.log) ;;
 forms)  # the dilated window's four forms (docs/experiments/s25/dilated_forms.py)
   (use main; timeout 300 python3 docs/experiments/s25/dilated_forms.py 2>&1 | grep -v -i warn | tee $OUT/dilated-forms.log) ;;
+rows)  # BUILDS="main rows": the grid tests and random masks on rows (the residue grid's rules in rows, tile slots by
+        # block), then the dilated window's forms and the grid masks' probes on both, alternating
+  (use rows; timeout ${TESTS_S:-170} python3 -m pytest -q -m gpu -n 16 -p no:cacheprovider -W ignore::DeprecationWarning -rf tests/gpu \
+     -k "pinned or dilated or natten or video or clear or grid or box or random or example" > $OUT/pytest-rows.log 2>&1
+   echo "grid tests (rows): $(tail -1 $OUT/pytest-rows.log)"; grep -E "^FAILED" $OUT/pytest-rows.log | head)
+  for b in main rows; do (use $b; echo "== $b"; timeout 120 python3 docs/experiments/s25/dilated_forms.py) 2>&1 | grep -v -i warn | tee -a $OUT/dilated-forms.log; done
+  for b in main rows; do (use $b; echo "== $b"; timeout 60 python3 bench/probe.py clear_text clear natten2d; timeout 80 python3 bench/probe.py --backward clear_text clear natten2d) 2>&1 | grep -v -i warn | tee -a $OUT/probes.log; done ;;
 dilated)
   for round in 1 2; do for b in ${BUILDS}; do (use $b; echo "== $b round $round"; timeout 100 python3 docs/experiments/pinned/time_dilated.py) 2>&1 | grep -v -i warn | tee -a $OUT/dilated.log; done; done ;;
 esac
