@@ -14,12 +14,12 @@ pinned_axes), and most of them are full. This pass makes that layout where the r
 
 for a single segment S whose every rule between its own tokens has a conjunct c of the form `(q - k) % d == 0`
 (the same d in each, any expression of the sequence's values). P' is P with its bounds on q - k said in rows
-(`q - k < w * d` is `q.y - k.y <= (w * d - 1) // abs(d)` in one column). The tail starts a row, so a tail token's column
-is its position in the tail, and it is shorter than a row, so two of its tokens share a residue only where they
-are the same. Tokens keep their positions (`q`, `k` are unchanged), so every predicate keeps its meaning; a
-segment whose rules read positions inside it (`q.pos`) is left alone, since the tail's would start again from 0.
-Rules with S on one side only get the tail beside S. Where L and d are constants and d divides L, there is no
-tail. Only where S is the layout's one segment that is not a grid (see `residue_grids`).
+(`q - k < w * d` is `q.y - k.y <= (w * d - 1) // abs(d)` in one column). The tail starts a row, so a tail
+token's column is its position in the tail, and it is shorter than a row, so two of its tokens share a residue
+only where they are the same. Tokens keep their positions (`q`, `k` are unchanged), so every predicate keeps
+its meaning; a segment whose rules read positions inside it (`q.pos`) is left alone, since the tail's would
+start again from 0. Rules with S on one side only get the tail beside S. Where L and d are constants and d
+divides L, there is no tail. Only where S is the layout's one segment that is not a grid (see `residue_grids`).
 """
 
 from __future__ import annotations
@@ -149,10 +149,11 @@ def _in_rows(c: ir.Expr, width: ir.Expr) -> ir.Expr:
     rows = ir.Binary("-", ir.Token(tokens[0].side, "y", span=difference.span),
                      ir.Token(tokens[1].side, "y", span=difference.span), span=difference.span)
     # (0 and -1 are their own quotient by any width, which the folding cannot know: `0 <= q - k` is `0 <= q.y - k.y`.)
-    quotient = bound if bound in (ir.Const(0), ir.Const(-1)) else simplify(ir.Binary("//", bound, width, span=c.span))
+    small = isinstance(bound, ir.Const) and bound.value in (0, -1)
+    quotient = bound if small else simplify(ir.Binary("//", bound, width, span=c.span))
     if op in ("<", "<="):
         return ir.Compare("<=", rows, quotient, span=c.span)
-    if quotient == ir.Const(-1):
+    if small and quotient.value == -1:
         return ir.Compare(">=", rows, ir.Const(0, span=c.span), span=c.span)
     return ir.Compare(">", rows, quotient, span=c.span)
 
