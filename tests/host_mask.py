@@ -25,14 +25,19 @@ extern "C" void maskc_eval_all(const i64* seq_table, const int* seg_start, const
     }
 }
 
-// The same pairs as the kernels reach them: key tile by key tile, each column through key_column() (slot
-// 8 group + offset of its tile, with the tile's segment where every tile lies in one). out[n * n] is set where
-// key_column's token or validity disagrees with slot_token's.
+// The same pairs as the kernels reach them: query tile by query tile, each row through query_row(), and key tile by
+// key tile, each column through key_column() (slot 8 group + offset of its tile, with the tile's segment where
+// every tile lies in one). out[n * n] is set where query_row's or key_column's token (or validity) disagrees with
+// slot_token's.
 extern "C" void maskc_eval_by_tiles(const i64* seq_table, const int* seg_start, const int* seg_code, const int* arrays,
-                                    int b, int n, int k_tiles, int k_slots, unsigned char* out) {
+                                    int b, int n, int q_tiles, int q_slots, int k_tiles, int k_slots, unsigned char* out) {
     const MaskSeq s = mask_seq(seq_table, seg_start, seg_code, arrays, b);
-    for (int q = 0; q < n; ++q) {
-        const MaskRow row = mask_row(s, q);
+    for (int qt = 0; qt < q_tiles * q_slots; ++qt) {
+        const TileSlots queries = q_tile_slots(s, qt / q_slots);
+        const int q = slot_token(queries, qt % q_slots);
+        const MaskRow row = query_row(s, queries, qt % q_slots);
+        if (row.index != q) out[(long long)n * n] = 1;
+        if (q < 0) continue;
         for (int t = 0; t < k_tiles; ++t) {
             const TileSlots keys = k_tile_slots(s, t);
             const SegmentAt segment = tile_segment(s, keys);
@@ -129,14 +134,15 @@ def evaluate_all(lib: ctypes.CDLL, tables, b: int, n: int) -> np.ndarray:
     return out.astype(bool)
 
 
-def evaluate_by_tiles(lib: ctypes.CDLL, tables, b: int, n: int, k_tiles: int, k_slots: int) -> np.ndarray:
-    """The mask as the kernels evaluate it, tile by tile through key_column(); an AssertionError where
-    key_column() gives another token (or validity) than slot_token() for some slot."""
+def evaluate_by_tiles(lib: ctypes.CDLL, tables, b: int, n: int, tiles: tuple[int, int, int, int]) -> np.ndarray:
+    """The mask as the kernels evaluate it, tile by tile through query_row() and key_column() (`tiles`: query
+    tiles, slots of a query tile, key tiles, slots of a key tile); an AssertionError where either gives another
+    token (or validity) than slot_token() for some slot."""
     out = np.zeros(n * n + 1, dtype=np.uint8)
     ptrs = _table_pointers(tables)
-    lib.maskc_eval_by_tiles(*ptrs, ctypes.c_int(b), ctypes.c_int(n), ctypes.c_int(k_tiles), ctypes.c_int(k_slots),
+    lib.maskc_eval_by_tiles(*ptrs, ctypes.c_int(b), ctypes.c_int(n), *(ctypes.c_int(t) for t in tiles),
                             out.ctypes.data_as(ctypes.c_void_p))
-    assert out[-1] == 0, f"sequence {b}: key_column() and slot_token() disagree on some slot"
+    assert out[-1] == 0, f"sequence {b}: query_row() or key_column() and slot_token() disagree on some slot"
     return out[:-1].reshape(n, n).astype(bool)
 
 
@@ -173,8 +179,9 @@ def check_generated_code(compiled, sequences, workdir: Path, note: str = "") -> 
     for b, (lay, val) in enumerate(zip(layouts, values)):
         want = dense_mask(compiled.program, lay, val)
         k_tiles, k_slots = int(desc.blocks.tiles("k")[b]), compiled.options.block_k
+        tiles = (int(desc.blocks.tiles("q")[b]), compiled.options.block_q, k_tiles, k_slots)
         ways = [("the generated code", evaluate_all(lib, tables, b, lay.n)),
-                ("the generated code, tile by tile,", evaluate_by_tiles(lib, tables, b, lay.n, k_tiles, k_slots))]
+                ("the generated code, tile by tile,", evaluate_by_tiles(lib, tables, b, lay.n, tiles))]
         if "struct RowKeys" in compiled.source:  # every rule an interval of keys per row
             columns, slots = evaluate_key_intervals(lib, tables, b, lay.n, k_tiles, k_slots)
             ways += [("visible_columns", columns), ("visible_slots", slots)]
