@@ -30,7 +30,8 @@ extern "C" void maskc_eval_all(const i64* seq_table, const int* seg_start, const
 // every tile lies in one). out[n * n] is set where query_row's or key_column's token (or validity) disagrees with
 // slot_token's.
 extern "C" void maskc_eval_by_tiles(const i64* seq_table, const int* seg_start, const int* seg_code, const int* arrays,
-                                    int b, int n, int q_tiles, int q_slots, int k_tiles, int k_slots, unsigned char* out) {
+                                    int b, int n, int q_tiles, int q_slots, int k_tiles, int k_slots,
+                                    unsigned char* out) {
     const MaskSeq s = mask_seq(seq_table, seg_start, seg_code, arrays, b);
     for (int qt = 0; qt < q_tiles * q_slots; ++qt) {
         const TileSlots queries = q_tile_slots(s, qt / q_slots);

@@ -233,6 +233,18 @@ def test_run_tiles_read_through_the_grids_key_box_beside_a_grid(arch, host_dir):
     host_mask.check_generated_code(c, [{"text": t, "r": 5} for t in (0, 1, 63, 64, 150, 257)], host_dir)
 
 
+@pytest.mark.parametrize("name, frames", [("clear_text", False), ("dilated_window", False), ("video3d", True)])
+def test_a_tiles_origin_divides_once_per_row_of_tiles_and_again_only_for_frames(name, frames):
+    """Tile extents are powers of two: the tile maps shift by them (divided by extents a two-block mask picked at
+    run time, clear_text's forward ran 13% slower), and divide by values of the sequence once for the tile's row,
+    again for its frame only where a block is a 3D grid. A partial tile's query rows come from the tile."""
+    c = compiled(name, KernelOptions(arch="sm_90a"))
+    maps = c.source.split("MASKC_FN TileSlots q_tile_slots")[1].split("MASKC_FN int slot_token")[0]
+    assert "/ th" not in maps and "/ tw" not in maps and maps.count("local / nx") == 2
+    assert maps.count("tile_row / ny") == (2 if frames else 0) and maps.count("frame = 0;") == (0 if frames else 2)
+    assert "rows[h] = query_row(ms, queries, row_slot + 8 * h)" in c.source
+
+
 @needs_cxx
 @pytest.mark.parametrize("rule", [
     "S -> S   where " + " or ".join(f"q - k == {3 * i} + w" for i in range(20)),
