@@ -4,11 +4,7 @@
 # since the nineteenth session's failure and its fix, 9db6979). PART=dilated: the packed dilated window's backward
 # (docs/experiments/pinned/time_dilated.py) on each build in BUILDS, alternating. PART=boxes: the grid tests on the
 # box build (whole-box copies of every tile of the grid block), then the dilated window on main and box.
-set -uo pipefail
-export PYTHONSAFEPATH=1 PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version,temperature.gpu,power.draw,clocks.sm --format=csv,noheader | tee -a $OUT/gpu.txt
-for b in ${BUILDS:-main}; do [ -d /tmp/site-$b ] && continue; python3 -m pip install -q --no-index --no-deps --no-cache-dir --target /tmp/site-$b .whl/deps/*.whl .whl/$b/*.whl; done
-use() { export PYTHONPATH=/tmp/site-$1 PATH=/tmp/site-$1/bin:$PATH MASKC_CACHE_DIR=/tmp/mc-$1 MASKC_COMMIT=$1; }
+source docs/experiments/device-builds.sh  # (the GPU line, BUILDS installed, use BUILD)
 case "${PART:-fuzz}" in
 fuzz)
   (use main; python3 -c "import torch, triton, cupy, maskc; print('torch', torch.__version__, 'triton', triton.__version__, 'cupy', cupy.__version__, maskc.__file__)" | tee -a $OUT/gpu.txt

@@ -3,11 +3,7 @@
 # other build), lark and click in .whl/deps; carry .whl. A build is installed once per machine into /tmp/site-<build>.
 # PART=suite: the whole GPU suite on main (48a5219's load helpers had not run on a GPU), then the forward probes of
 # the grid masks. PART=qrow: query rows from the tile's slots (BUILDS="rows qrow"). PART=forms: the dilated window's four forms (docs/experiments/s25/dilated_forms.py). PART=table: issue 6's table (fwd+bwd) and issue 5's forward table, maskc against Flex-Triton.
-set -uo pipefail
-export PYTHONSAFEPATH=1 PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version,temperature.gpu,power.draw,clocks.sm --format=csv,noheader | tee -a $OUT/gpu.txt
-for b in ${BUILDS:-main}; do [ -d /tmp/site-$b ] && continue; python3 -m pip install -q --no-index --no-deps --no-cache-dir --target /tmp/site-$b .whl/deps/*.whl .whl/$b/*.whl; done
-use() { export PYTHONPATH=/tmp/site-$1 PATH=/tmp/site-$1/bin:$PATH MASKC_CACHE_DIR=/tmp/mc-$1 MASKC_COMMIT=$1; }
+source docs/experiments/device-builds.sh  # (the GPU line, BUILDS installed, use BUILD)
 case "${PART:-suite}" in
 suite)
   (use main; python3 -c "import torch, triton, cupy, maskc; print('torch', torch.__version__, 'triton', triton.__version__, 'cupy', cupy.__version__, maskc.__file__)" | tee -a $OUT/gpu.txt
