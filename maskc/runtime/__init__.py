@@ -525,8 +525,8 @@ def _grid_boxes(compiled, packed: bool, seq_table: np.ndarray, values: dict[str,
     than their outermost extent, sequences that are not whole token steps apart) grid_boxes is 0, the kernels
     copy row by row, and the maps are the 4-D ones in `values` (never read)."""
     maps = _grid_box_maps(compiled, packed, seq_table, tensors)
-    rows = {"grid_boxes": 0, "q_box_seq_tokens": 0, "k_box_seq_tokens": 0}
-    return maps or {f"tm_{name}_box": values[f"tm_{name}"] for name in tensors} | rows
+    row_by_row = {"grid_boxes": 0, "q_box_seq_tokens": 0, "k_box_seq_tokens": 0}
+    return maps or {f"tm_{name}_box": values[f"tm_{name}"] for name in tensors} | row_by_row
 
 
 def _grid_box_maps(compiled, packed, seq_table, tensors) -> dict[str, object] | None:
