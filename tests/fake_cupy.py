@@ -171,6 +171,6 @@ def clear_caches() -> None:
     from maskc import runtime
     from maskc.runtime import launch
 
-    for cache in (runtime._module, runtime._multiprocessors, launch.cupy_stream, launch.current_stream_of,
+    for cache in (runtime._module, runtime._function, runtime._multiprocessors, launch.cupy_stream, launch.current_stream_of,
                   launch._current_device_function):
         cache.cache_clear()

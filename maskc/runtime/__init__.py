@@ -95,7 +95,7 @@ def _host_ints(x, name: str) -> np.ndarray:
         arr = np.asarray(x)
     except (ValueError, TypeError):  # ragged nested lists, say
         raise ValueError(f"{name} must be a 1-D integer array, got {type(x).__name__} {x!r:.60}") from None
-    if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":  # (np.issubdtype(dtype, np.integer), at a tenth of its ~2 us)
         raise ValueError(f"{name} must be a 1-D integer array, got shape {arr.shape} and dtype {arr.dtype}")
     return arr.astype(np.int64)
 
@@ -111,13 +111,20 @@ def _module(path: str, name: str, shared: int, device: int):
     return module, kernel
 
 
-def _kernel(cubin, name: str, shared: int, device: int, grid: int, threads: int) -> Kernel:
-    """A kernel of a cubin, as a prepared launch runs it."""
+@lru_cache(maxsize=None)
+def _function(path: str, name: str, shared: int, device: int) -> tuple[int, object]:
+    """The driver's handle of a kernel of a cubin on a device, and CuPy's function: found once, as the module is
+    loaded once (a plan of new runtime values needs its kernels again: their launch shape is the plan's)."""
     import cupy
 
-    _, function = _module(str(cubin), name, shared, device)
+    _, function = _module(path, name, shared, device)
     with cupy.cuda.Device(device):  # CuPy's RawKernel keeps one driver function per device
-        handle = getattr(function, "kernel", function).ptr
+        return getattr(function, "kernel", function).ptr, function
+
+
+def _kernel(cubin, name: str, shared: int, device: int, grid: int, threads: int) -> Kernel:
+    """A kernel of a cubin, as a prepared launch runs it."""
+    handle, function = _function(str(cubin), name, shared, device)
     return Kernel(handle, grid, threads, shared, function)
 
 
@@ -646,10 +653,11 @@ def _packed(cu_seqlens, total: int | None = None) -> tuple[list[int], np.ndarray
     at the tensors' token count T where there are tensors."""
     cu = _host_ints(cu_seqlens, "cu_seqlens")
     _check_sequence_count(len(cu) - 1, "cu_seqlens")
-    if len(cu) < 1 or cu[0] != 0 or np.any(np.diff(cu) < 0) or (total is not None and cu[-1] != total):
+    lengths = np.diff(cu)  # (one difference serves the check and the result)
+    if len(cu) < 1 or cu[0] != 0 or (total is not None and cu[-1] != total) or (len(lengths) and lengths.min() < 0):
         rule = "start at 0 and never decrease" if total is None else f"start at 0, never decrease and end at T = {total}"
         raise ValueError(f"cu_seqlens must {rule}, got {cu.tolist()}")
-    return np.diff(cu).tolist(), cu[:-1]
+    return lengths.tolist(), cu[:-1]
 
 
 def _lse_strides(tq: _Tensor, packed: bool) -> tuple[int, int]:
@@ -976,21 +984,21 @@ def _multiprocessors(device: int) -> int:
 
 
 def _outputs(tq: _Tensor, out, lse, lse_shape) -> tuple[_Tensor, _Tensor]:
-    """The output buffers: the caller's (checked), or new ones like q."""
-    if out is None:
-        out = _empty_like(tq.obj, tq.shape, None)
-    if lse is None:
-        lse = _empty_like(tq.obj, lse_shape, "float32")
-    to, tl = _describe(out, "out"), _describe(lse, "lse")
-    if to.shape != tq.shape or to.dtype != tq.dtype or to.device != tq.device or to.library != tq.library:
-        raise ValueError(f"out must be like q ({tq.library}, {tq.dtype}, {list(tq.shape)}), got "
-                         f"{to.library}, {to.dtype}, {list(to.shape)}")
-    if to.strides[-1] != 1 or to.ptr % 4 or any(s % 2 for s in to.strides[:-1]):
-        raise ValueError("out's last dimension must be contiguous and its rows 4-byte aligned")
-    if _overlapping(to.shape, to.strides):
-        raise ValueError(f"out's rows overlap in memory (strides {list(to.strides)} for shape {list(to.shape)}): "
-                         "the kernel would write several of them to one place")
-    _check_lse(tl, tq, lse_shape)
+    """The output buffers: the caller's (checked), or new ones like q (contiguous, of q's library, dtype and
+    device, as the checks ask: those are not checked)."""
+    to = _describe(_empty_like(tq.obj, tq.shape, None) if out is None else out, "out")
+    tl = _describe(_empty_like(tq.obj, lse_shape, "float32") if lse is None else lse, "lse")
+    if out is not None:
+        if to.shape != tq.shape or to.dtype != tq.dtype or to.device != tq.device or to.library != tq.library:
+            raise ValueError(f"out must be like q ({tq.library}, {tq.dtype}, {list(tq.shape)}), got "
+                             f"{to.library}, {to.dtype}, {list(to.shape)}")
+        if to.strides[-1] != 1 or to.ptr % 4 or any(s % 2 for s in to.strides[:-1]):
+            raise ValueError("out's last dimension must be contiguous and its rows 4-byte aligned")
+        if _overlapping(to.shape, to.strides):
+            raise ValueError(f"out's rows overlap in memory (strides {list(to.strides)} for shape {list(to.shape)}): "
+                             "the kernel would write several of them to one place")
+    if lse is not None:
+        _check_lse(tl, tq, lse_shape)
     return to, tl
 
 

@@ -30,10 +30,21 @@ from maskc.memo import per_object
 _STORAGE = {"ptr": ("Q", 8, 8), "i64": ("q", 8, 8), "i32": ("i", 4, 4), "f32": ("f", 4, 4),
             "tensor_map": ("128s", 128, 64)}
 _BUFFER_ALIGN = 64
+class _Layout(NamedTuple):
+    """Where a kernel's arguments go in one buffer, and what a launch's packing reads of them."""
+
+    packer: struct.Struct  # packs every argument in one call (checking each value's range as it does)
+    offsets: tuple[int, ...]  # of each argument in the buffer (at an offset aligned to its kind)
+    names: tuple[str, ...]  # the arguments' names, in order
+    name_set: frozenset[str]
+    slot_index: tuple[int, ...]  # the argument each slot is
+    counter: int | None  # the index of the scheduler's counter (the Hopper forward's work_counter), or None
+
+
 @per_object  # (by the list's identity: a family's argument lists are constants, and hashing one costs ~7 us)
-def _layout(args: tuple[abi.Arg, ...]) -> tuple[struct.Struct, tuple[int, ...]]:
-    """Where a kernel's arguments go in one buffer (each at an offset aligned to its kind), and the struct that
-    packs them all in one call (checking each value's range as it does)."""
+def _layout(args: tuple[abi.Arg, ...], slots: tuple[str, ...]) -> _Layout:
+    """The layout of a kernel's arguments in one buffer, with `slots` the arguments a launch rewrites: found once
+    per argument list, since a plan of new runtime values packs them again."""
     fmt, offsets, at = ["<"], [], 0
     for arg in args:
         code, size, align = _STORAGE[arg.kind]
@@ -41,7 +52,10 @@ def _layout(args: tuple[abi.Arg, ...]) -> tuple[struct.Struct, tuple[int, ...]]:
         fmt.append(f"{pad}x{code}" if pad else code)
         offsets.append(at + pad)
         at += pad + size
-    return struct.Struct("".join(fmt)), tuple(offsets)
+    names = tuple(a.name for a in args)
+    return _Layout(struct.Struct("".join(fmt)), tuple(offsets), names, frozenset(names),
+                   tuple(names.index(s) for s in slots),
+                   names.index("work_counter") if "work_counter" in names else None)
 
 
 class Kernel(NamedTuple):
@@ -76,7 +90,9 @@ class PreparedLaunch:
         self._args, self.device = args, device
         self._device_id = getattr(device, "id", None)
         self._current_device = _current_device_function()
-        abi.check_names(args, values)
+        layout = _layout(args, slots)
+        if len(values) != len(args) or values.keys() != layout.name_set:  # (the quick test of check_names')
+            abi.check_names(args, values)
         self._keep = keep  # device tables the arguments point to: alive as long as this launch
         self._pack(values, slots)
 
@@ -85,26 +101,25 @@ class PreparedLaunch:
         launch sets in one assignment; the driver gets each argument's address."""
         args = self._args
         self._values, self._slot_names = values, slots  # (for with_arguments)
-        layout, offsets = _layout(args)
-        self._buffer = (ctypes.c_uint8 * (layout.size + _BUFFER_ALIGN))()
+        layout = _layout(args, slots)
+        self._buffer = (ctypes.c_uint8 * (layout.packer.size + _BUFFER_ALIGN))()
         base = ctypes.addressof(self._buffer)
         self._shift = -base % _BUFFER_ALIGN
         try:
-            layout.pack_into(self._buffer, self._shift, *(values[a.name] for a in args))
+            layout.packer.pack_into(self._buffer, self._shift, *map(values.__getitem__, layout.names))
         except struct.error as exc:  # a value out of its C type's range: an internal error, never wrapped
             raise OverflowError(f"kernel arguments do not fit their C types: {exc}") from None
-        names = [a.name for a in args]
-        self._slot_index = tuple(names.index(s) for s in slots)
-        self._slots = (ctypes.c_uint64 * len(slots))(*(values[s] for s in slots))
-        addresses = [base + self._shift + offset for offset in offsets]
+        self._slot_index = layout.slot_index
+        self._slots = (ctypes.c_uint64 * len(slots))(*map(values.__getitem__, slots))
+        start = base + self._shift
+        addresses = array.array("Q", [start + offset for offset in layout.offsets])
         for j, i in enumerate(self._slot_index):
             addresses[i] = ctypes.addressof(self._slots) + 8 * j
-        self._addresses = (ctypes.c_uint64 * len(args)).from_buffer_copy(array.array("Q", addresses))
+        self._addresses = (ctypes.c_uint64 * len(args)).from_buffer_copy(addresses)
         self._params = ctypes.addressof(self._addresses)  # what cuLaunchKernel takes
         self._counter = None  # the scheduler's counter, set by every launch (the Hopper forward's)
-        if "work_counter" in names:
-            at = self._shift + offsets[names.index("work_counter")]
-            self._counter = ctypes.c_uint64.from_buffer(self._buffer, at)
+        if layout.counter is not None:
+            self._counter = ctypes.c_uint64.from_buffer(self._buffer, self._shift + layout.offsets[layout.counter])
         self._lock = threading.Lock()  # the slots are shared by every call of this launch
 
     def with_arguments(self, values: dict[str, object]) -> "PreparedLaunch":
