@@ -1077,6 +1077,8 @@ def _per_plan(what: str, plan_part, device: int, compute: Callable[[], object]):
 
 
 _TABLE_ALIGN = 256  # bytes between the starts of two tables in their device buffer (the kernels read 16 at most)
+_ZERO_BYTES = np.zeros(_TABLE_ALIGN, dtype=np.uint8)  # padding between tables (read-only)
+_ZERO_BYTES.flags.writeable = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -1094,15 +1096,16 @@ def _upload(tables, device: int, stream) -> _DeviceTables:
     def copy() -> _DeviceTables:
         import cupy
 
-        arrays = tables.arrays_in_order()
-        offsets, end = [], 0
-        for a in arrays:
-            end += -end % _TABLE_ALIGN
-            offsets.append(end)
-            end += a.nbytes
-        host = np.zeros(max(end, 1), dtype=np.uint8)
-        for a, at in zip(arrays, offsets):
-            host[at:at + a.nbytes] = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+        # The tables' bytes, each padded with zeros to the next _TABLE_ALIGN, in one concatenation.
+        parts, offsets, end = [], [], 0
+        for a in tables.arrays_in_order():
+            pad = -end % _TABLE_ALIGN
+            if pad:
+                parts.append(_ZERO_BYTES[:pad])
+            offsets.append(end + pad)
+            parts.append(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+            end += pad + a.nbytes
+        host = np.concatenate(parts) if end else np.zeros(1, dtype=np.uint8)
         with cupy.cuda.Device(device), stream:
             buffer = cupy.asarray(host)
         return _DeviceTables(buffer, tuple(buffer.data.ptr + at for at in offsets))
