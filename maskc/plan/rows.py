@@ -436,11 +436,15 @@ def _union_fixes(seg, p: _Pieces, chosen, m: _Met, bq, bk):
     intervals may cover the tile: (piece, tile, correction) with correction = covered (0 or 1) minus the
     number of regions whose all-rows range counted the tile as covered already."""
     shared = (m.pair_lo <= m.pair_hi) & chosen
-    j, i = shared.nonzero()
-    pair_lo = m.pair_lo[j, i]
-    w, off = expand(m.pair_hi[j, i] - pair_lo + 1)
-    piece, tile = i.take(w), pair_lo.take(w) + off
-    if (shared.sum(axis=0) > 1).any():  # a piece where several pairs overlap: each tile once
+    flat = np.flatnonzero(shared)  # (pair, piece) as pair * P + piece
+    i, pair_lo = flat % shared.shape[1], m.pair_lo.take(flat)
+    size = m.pair_hi.take(flat) - pair_lo + 1
+    if int(size.max(initial=1)) == 1:  # one tile each (the common case: the tile where two spans meet)
+        piece, tile = i, pair_lo
+    else:
+        w, off = expand(size)
+        piece, tile = i.take(w), pair_lo.take(w) + off
+    if len(shared) > 1 and (shared.sum(axis=0) > 1).any():  # a piece where several pairs overlap: each tile once
         stride = int(tile.max()) + 1
         key = distinct(piece * stride + tile)
         piece, tile = key // stride, key % stride
