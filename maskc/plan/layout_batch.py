@@ -226,8 +226,8 @@ def bind_batch(program: ir.Program, sequences: list[dict[str, object]]) -> tuple
         return None
     scalars: dict[str, list] = {}
     env = Env(params={})
-    lists: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # the list parameters' entries end to end,
-    # each sequence's count of them, and where each sequence's end
+    # The list parameters' entries end to end, how many each sequence has, and where each sequence's end.
+    lists: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for name, kind, default in form.params:
         if kind == "list":
             arrays = _list_column(sequences, name, default)
@@ -268,7 +268,8 @@ def bind_batch(program: ir.Program, sequences: list[dict[str, object]]) -> tuple
     bounds = np.zeros((count, len(form.segments) + 1), dtype=np.int64)
     np.cumsum(tokens, axis=1, out=bounds[:, 1:])
     total = bounds[:, -1]
-    if (total > MAX_SEQUENCE_LENGTH).any() or ((total != n) if all(given_n) else (total != n) & np.array(given_n)).any():
+    mismatch = total != n if all(given_n) else (total != n) & np.array(given_n)  # (where n was given)
+    if (total > MAX_SEQUENCE_LENGTH).any() or mismatch.any():
         return None
 
     # Every entry in layout order: by sequence, then segment, then member.
