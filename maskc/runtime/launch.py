@@ -30,6 +30,8 @@ from maskc.memo import per_object
 _STORAGE = {"ptr": ("Q", 8, 8), "i64": ("q", 8, 8), "i32": ("i", 4, 4), "f32": ("f", 4, 4),
             "tensor_map": ("128s", 128, 64)}
 _BUFFER_ALIGN = 64
+
+
 class _Layout(NamedTuple):
     """Where a kernel's arguments go in one buffer, and what a launch's packing reads of them."""
 
