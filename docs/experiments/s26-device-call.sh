@@ -6,6 +6,7 @@
 # base = de3d4a6, the twenty-fifth session's start): the portable family's forward and backward (harness, checked)
 # on the grid masks whose tile slots and query rows that session changed, alternating. PART=suite: the GPU suite on
 # main and the host time of new runtime values on the GPU machine's host. PART=fuzz: the random masks at depth.
+# PART=itemcost: what a work item costs beyond its tiles (docs/experiments/s26/item_cost.py).
 source docs/experiments/device-builds.sh  # (the GPU line, BUILDS installed, use BUILD)
 WORKLOADS=${WORKLOADS:-rm_shared document hstu_jagged causal}
 TESTED=${TESTED:-skip}  # the build whose backward tests run first (PART=skip)
@@ -35,4 +36,7 @@ fuzz)  # random masks at depth on every pass (tests/gpu/test_random_masks.py) on
   (use ${BUILD:-main}; MASKC_GPU_FUZZ_LOG=$OUT/fuzz-fails.txt MASKC_GPU_FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-20} timeout ${FUZZ_S:-280} \
      python3 -m pytest -q -m gpu -n 12 --maxfail=1 -p no:cacheprovider -W ignore::DeprecationWarning tests/gpu/test_random_masks.py \
      > $OUT/fuzz.log 2>&1; echo "fuzz (${BUILD:-main}): $(tail -1 $OUT/fuzz.log)"; [ -s $OUT/fuzz-fails.txt ] && head -40 $OUT/fuzz-fails.txt) ;;
+itemcost)  # what a work item costs beyond its tiles (docs/experiments/s26/item_cost.py), on ${BUILD:-main}
+  (use ${BUILD:-main}; timeout ${ITEM_S:-200} python3 docs/experiments/s26/item_cost.py ${ITEM_ARGS:-} 2>&1 | grep -v -i warn \
+     | tee $OUT/item-cost.log) ;;
 esac
