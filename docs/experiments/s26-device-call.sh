@@ -7,6 +7,7 @@
 # on the grid masks whose tile slots and query rows that session changed, alternating. PART=suite: the GPU suite on
 # main and the host time of new runtime values on the GPU machine's host. PART=fuzz: the random masks at depth.
 # PART=itemcost: what a work item costs beyond its tiles (docs/experiments/s26/item_cost.py).
+# PART=first: next session's first call, all three in one (the suite, the random masks, the item cost; ~8 minutes).
 source docs/experiments/device-builds.sh  # (the GPU line, BUILDS installed, use BUILD)
 WORKLOADS=${WORKLOADS:-rm_shared document hstu_jagged causal}
 TESTED=${TESTED:-skip}  # the build whose backward tests run first (PART=skip)
@@ -32,6 +33,8 @@ suite)  # the whole GPU suite on main (the host-speed commits changed the tables
 newvalues)  # BUILDS="s25end merged": the host time of new runtime values, alternating (ROUNDS rounds)
   for round in $(seq ${ROUNDS:-3}); do for b in ${BUILDS}; do (use $b; echo "== $b round $round"; timeout 60 python3 bench/newvalues_cpu.py \
       --counts 12 64 --workloads document rm_shared hstu_jagged 2>&1 | tail -4) | tee -a $OUT/newvalues.log; done; done ;;
+first)
+  PART=suite bash "$0"; PART=fuzz FUZZ_S=${FUZZ_S:-200} bash "$0"; PART=itemcost bash "$0" ;;
 fuzz)  # random masks at depth on every pass (tests/gpu/test_random_masks.py) on ${BUILD:-main}
   (use ${BUILD:-main}; MASKC_GPU_FUZZ_LOG=$OUT/fuzz-fails.txt MASKC_GPU_FUZZ_EXAMPLES=${FUZZ_EXAMPLES:-20} timeout ${FUZZ_S:-280} \
      python3 -m pytest -q -m gpu -n 12 --maxfail=1 -p no:cacheprovider -W ignore::DeprecationWarning tests/gpu/test_random_masks.py \
