@@ -313,8 +313,8 @@ class GpuRun:
         return [
             f"{self.mask} on {self.device} ({self.arch}): {self.sizes}, {self.heads} heads ({self.kv_heads} kv heads), "
             f"head dim {self.head_dim}, {self.dtype}",
-            f"  error    max |O - O_ref| = {self.max_error:.2e} (bound {self.error_bound:.2e}: twice the error of "
-            f"PyTorch in {self.dtype}), max |LSE - LSE_ref| = {self.lse_error:.2e} (bound 1e-03), "
+            f"  error    max |O - O_ref| = {self.max_error:.2e} past {self.dtype}'s rounding (bound {self.error_bound:.2e}: "
+            f"twice the error of PyTorch in {self.dtype}), max |LSE - LSE_ref| = {self.lse_error:.2e} (bound 1e-03), "
             f"on {self.rows_checked:,} query rows against float32",
             *(["  NaN in the output"] if self.nan else []),
             *([] if self.empty_rows_ok else ["  rows that see no key are not 0 with LSE = -inf"]),
@@ -352,7 +352,8 @@ class BackwardRun:
     def lines(self, dtype: str) -> list[str]:
         errors = ", ".join(f"max |{x} - {x}_ref| = {self.errors[x]:.2e} (bound {self.bounds[x]:.2e})" for x in self.errors)
         return [
-            f"  gradient {errors}; twice the error of PyTorch in {dtype}, against float32, on {self.rows_checked:,} "
+            f"  gradient {errors}: errors past {dtype}'s rounding, bounds twice the error of PyTorch in {dtype}, "
+            f"against float32, on {self.rows_checked:,} "
             f"query rows (dq) and {self.keys_checked:,} keys (dk, dv: sequences up to {GPU_GRAD_EXACT:,} tokens)",
             *(["  NaN in a gradient"] if self.nan else []),
             f"  backward {self.milliseconds:.3f} ms, {self.tflops:.1f} TFLOP/s effective (2.5 x the forward's work); "
