@@ -25,6 +25,7 @@ from maskc import cli
 from maskc.build import BuildError
 from maskc.compiler import compile_file
 from maskc.kernels import KernelOptions
+from maskc.tools import trial
 from maskc.tools.explain import choose_sequences
 from maskc.tools.reference import dense_mask
 
@@ -805,7 +806,7 @@ def test_run_backward_on_the_cpu_checks_the_gradients_model(run):
 
 
 def test_run_backward_fails_on_a_wrong_key_descriptor(run, monkeypatch):
-    by_key = maskc.tools.trial.by_key
+    by_key = trial.by_key
 
     def forgetful(desc):  # lose the last query tile of every key tile
         kd = by_key(desc)
@@ -815,7 +816,7 @@ def test_run_backward_fails_on_a_wrong_key_descriptor(run, monkeypatch):
         return type(kd)(kd.work_seq, kd.work_ktile, np.concatenate([[0], np.cumsum(counts)]).astype(np.int32),
                         kd.q_tile[keep], kd.kind[keep], kd.q_item[keep])
 
-    monkeypatch.setattr(maskc.tools.trial, "by_key", forgetful)
+    monkeypatch.setattr(trial, "by_key", forgetful)
     result = run("run", example("causal"), "--n", "300", "--cpu", "--backward")
     assert result.exit_code == 1 and result.stdout.splitlines()[-1] == "FAILED"
 
