@@ -565,6 +565,27 @@ def test_plan_keys_of_the_same_values_agree_whether_lists_or_tuples(batch, flips
     assert CompiledMask.plan_key(other) == CompiledMask.plan_key(batch)
 
 
+def test_long_frozen_values_keep_their_hash_and_their_types_apart():
+    """Lists of a value per sequence of a large batch freeze to tuples that hash once (HashedOnce): equal to the
+    plain tuples of shorter lists' rule, kept apart by type, and pickled without their hash (another process's
+    differs)."""
+    import pickle
+
+    from maskc.compiler import HashedOnce, frozen_values
+
+    ints, lists = list(range(100)), [[b, b + 1] for b in range(100)]
+    frozen = frozen_values({"a": ints, "b": lists})
+    assert isinstance(frozen[0][1][1], HashedOnce) and frozen[0][1][1] == tuple(ints)
+    assert frozen == frozen_values({"a": tuple(ints), "b": [tuple(x) for x in lists]})
+    assert hash(frozen) == hash(frozen_values({"a": ints, "b": lists}))
+    assert frozen_values([True] * 100) != frozen_values([1] * 100) != frozen_values([1.0] * 100)
+    assert frozen_values(lists[:-1] + [[99, True]]) != frozen_values(lists)
+    ints[3] = 4  # a list changed in place keys anew
+    assert frozen_values({"a": ints, "b": lists}) != frozen
+    again = pickle.loads(pickle.dumps(frozen))
+    assert "hash" not in again[0][1][1].__dict__ and again == frozen and hash(again) == hash(frozen)
+
+
 _ODD = st.sampled_from([-1, -(2**31), 2**31, 2**40, 1.5, True, "3", None, [], [1, -1], [[1], [2, 3]], {"a": 1},
                         np.int64(3), np.int8(-2), np.uint64(2**63), np.float32(2.0), np.bool_(True), np.array(3),
                         np.array([1, 2]), np.array([[1, 2], [3, 4]]), np.array([1.5]), np.array([], dtype=np.int64)])
