@@ -271,7 +271,7 @@ def _values_key(sequences: list[dict[str, object]]) -> tuple:
     if columns is None:
         names = sorted(sequences[0]) if sequences else []
         if not all(len(s) == len(names) for s in sequences):
-            return tuple(frozen_values(s) for s in sequences)
+            return _frozen_list(map(frozen_values, sequences), len(sequences))
         columns = ValueColumns(len(sequences), {name: [s.get(name) for s in sequences] for name in names})
     key = []
     for name in sorted(columns.columns):
@@ -281,7 +281,7 @@ def _values_key(sequences: list[dict[str, object]]) -> tuple:
             continue
         lists = columns.int_lists(name)
         if lists is None:
-            return tuple(frozen_values(s) for s in sequences)
+            return _frozen_list(map(frozen_values, sequences), len(sequences))
         key.append((name, "list of int", lists[1].tobytes(), lists[0].tobytes()))
     return ("columns", tuple(key))
 
@@ -302,15 +302,40 @@ def frozen_values(value) -> object:
         types = set(map(type, value))  # (the types' set: 3x quicker than a test per value in Python)
         for leaf in (int, bool):
             if types <= {leaf}:
-                return (f"{leaf.__name__}s", tuple(value))
+                return (f"{leaf.__name__}s", _frozen_list(value))
             if types <= {list, tuple} and set(map(type, itertools.chain.from_iterable(value))) <= {leaf}:
-                return (f"lists of {leaf.__name__}s", tuple(map(tuple, value)))
-        return ("list", tuple(frozen_values(v) for v in value))
+                return (f"lists of {leaf.__name__}s", _frozen_list(map(tuple, value), len(value)))
+        return ("list", _frozen_list((frozen_values(v) for v in value), len(value)))
     try:
         hash(value)
     except TypeError:  # a set, a bytearray: no runtime value's type; binding says so, once the key is made
         return (type(value).__name__, id(value))
     return (type(value).__name__, value)
+
+
+class HashedOnce(tuple):
+    """A tuple that computes its hash once: a long one in a key (a value per sequence of a thousand-sequence
+    batch) is hashed by every dict that key goes through (the launch cache's look-ups and book-keeping: a dozen
+    times for a new batch, 17 us each for rm_shared's 1,024 sequences, dev VM)."""
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("hash")
+        if h is None:
+            h = self.__dict__["hash"] = tuple.__hash__(self)
+        return h
+
+    def __reduce__(self):  # (a plan's key pickles to another process, whose str hashes differ: the hash stays here)
+        return HashedOnce, (tuple(self),)
+
+
+# Lists frozen longer than this keep their hash (HashedOnce); shorter ones are plain tuples, which a repeated
+# call's single look-up hashes sooner.
+_HASHED_ONCE_FROM = 64
+
+
+def _frozen_list(entries, count: int | None = None) -> tuple:
+    """A tuple of `entries` (`count` of them, where they are not a sized collection)."""
+    return HashedOnce(entries) if (len(entries) if count is None else count) >= _HASHED_ONCE_FROM else tuple(entries)
 
 
 def compile_program(program: ir.Program, options: KernelOptions = KernelOptions(),

@@ -649,3 +649,26 @@ def test_the_plans_tables_are_on_the_device_where_the_arguments_point(fake, name
             address = int.from_bytes(args[arg], "little")
             assert address % 256 == 0
             assert device_bytes(record, address, table.nbytes) == np.ascontiguousarray(table).tobytes(), arg
+
+
+def test_a_backward_finds_what_its_forwards_checks_found_and_a_list_changed_in_place_is_new(fake, monkeypatch):
+    """A backward call given its forward's runtime values (equal ones: other objects) finds what the forward's
+    checks found of them, its plan key included (Attention._checked_values, keyed by content); a list changed in
+    place since is new values, checked and planned for anew."""
+    from maskc.compiler import CompiledMask
+
+    attn = maskc.load(DOCUMENT, arch="sm_90a", head_dim=64, dtype="fp16")
+    record = fake(attn)
+    made, plan_key = [], CompiledMask.plan_key
+    monkeypatch.setattr(CompiledMask, "plan_key", staticmethod(lambda *a: made.append(a) or plan_key(*a)))
+    q, k, v = ndarray((300, 4, 64)), ndarray((300, 2, 64)), ndarray((300, 2, 64))
+    docs = [[60, 60], [180]]
+    out, lse = attn(q, k, v, cu_seqlens=[0, 120, 300], docs=docs, return_lse=True)
+    attn.backward(q, k, v, out, lse, ndarray(q.shape), cu_seqlens=[0, 120, 300], docs=[[60, 60], [180]])
+    assert len(made) == 1 and len(attn.compiled._plans) == 1 and len(attn._checked_values) == 1
+    docs[0][:] = [30, 90]
+    attn.backward(q, k, v, out, lse, ndarray(q.shape), cu_seqlens=[0, 120, 300], docs=docs)
+    assert len(made) == 2 and len(attn.compiled._plans) == 2 and len(attn._checked_values) == 2
+    new = plan_key(attn.sequences([120, 180], {"docs": [[30, 90], [180]]}), np.array([0, 120]))
+    assert list(attn.compiled._plans)[-1] == new
+    assert len(record.launches) == 1 + 2 * len(attn.compiled.options.backward.kernels)

@@ -202,6 +202,43 @@ def test_per_sequence_detection():
     assert _is_per_sequence([[], []], 2, 2) and not _is_per_sequence([[], []], 2, 3)
 
 
+def _depth_bounds_one_by_one(value) -> tuple[int, float]:
+    """runtime._depth_bounds as it was written first: along the entries one call each."""
+    import math
+
+    if isinstance(value, np.ndarray):
+        return value.ndim, value.ndim
+    if not isinstance(value, (list, tuple)):
+        return 0, 0
+    if not value:
+        return 1, math.inf
+    lowest, highest = _depth_bounds_one_by_one(value[0])
+    if lowest != highest:
+        for entry in value[1:]:
+            low, high = _depth_bounds_one_by_one(entry)
+            lowest, highest = max(lowest, low), min(highest, high)
+    return 1 + lowest, 1 + highest
+
+
+_nested = st.recursive(st.one_of(st.integers(0, 3), st.booleans(), st.just(1.5), st.just(np.zeros((0, 2))),
+                                 st.just(np.int64(2))),
+                       lambda inner: st.one_of(st.lists(inner, max_size=3), st.lists(inner, max_size=3).map(tuple)),
+                       max_leaves=12)
+
+
+@settings(max_examples=500, deadline=None)
+@given(rest=st.lists(st.one_of(_nested, st.lists(st.integers(0, 3), max_size=2)), max_size=5),
+       first=st.sampled_from([[], ()]))
+@example(rest=[[], [1, 2], (3,), []], first=[])
+def test_depth_bounds_of_lists_that_begin_empty_are_read_along_every_entry(rest, first):
+    """A list of lists whose first is empty is read in a few passes where every entry is a list of numbers
+    (runtime._flat_lists_bounds), with the bounds of one call per entry, whatever the entries are."""
+    from maskc.runtime import _depth_bounds
+
+    for value in ([first, *rest], [[first, *rest]], [first, [first, *rest]]):
+        assert _depth_bounds(value) == _depth_bounds_one_by_one(value)
+
+
 def test_per_sequence_tables_may_begin_with_an_empty_one(attn):
     """A table per sequence whose first is empty: each sequence gets its own (the first sequence's [] made the
     whole list look like one ragged table, refused for values that are fine)."""
@@ -393,6 +430,13 @@ def test_the_query_and_key_sides_step_through_the_box_maps_apart(monkeypatch):
 # -- plans made ahead of the call (Attention.plan) -----------------------------------------------------
 
 
+def _checked(sequences, offsets) -> SimpleNamespace:
+    """What _adopt reads of a call's checked inputs (_Inputs)."""
+    from maskc.compiler import CompiledMask
+
+    return SimpleNamespace(sequences=sequences, offsets=offsets, plan_key=CompiledMask.plan_key(sequences, offsets))
+
+
 def test_a_plan_made_ahead_pickles_and_is_what_the_call_would_plan(attn):
     """A plan made in another process (pickled) and adopted by a fresh callable of the same mask serves the
     call's runtime values: the call finds it cached and plans nothing."""
@@ -401,7 +445,7 @@ def test_a_plan_made_ahead_pickles_and_is_what_the_call_would_plan(attn):
     fresh = maskc.loads(SHARED_PROMPT, head_dim=64, dtype="fp16", arch="sm_80")
     sequences = fresh.sequences([40, 24], {"responses": [4, 4], "bonus": [0, 2]})
     offsets = np.array([0, 40])
-    fresh._adopt(pickle.loads(pickle.dumps(plan)), SimpleNamespace(sequences=sequences, offsets=offsets))
+    fresh._adopt(pickle.loads(pickle.dumps(plan)), _checked(sequences, offsets))
     desc, tables, _ = fresh.compiled.tables(sequences, offsets)
     expected = maskc.loads(SHARED_PROMPT, head_dim=64, dtype="fp16", arch="sm_80").compiled.tables(sequences, offsets)
     for got, want in zip(tables.arrays_in_order(), expected[1].arrays_in_order()):
@@ -435,7 +479,7 @@ def test_a_plan_of_many_sequences_bound_at_once_pickles_and_serves_the_call(monk
     assert type(plan.tables[2]).__name__ == "BatchLayouts"
     fresh = maskc.loads(REWARD, arch="sm_90a")
     sequences = fresh.sequences(lengths, {"prompt": prompts, "responses": responses})
-    fresh._adopt(pickle.loads(pickle.dumps(plan)), SimpleNamespace(sequences=sequences, offsets=cu[:-1]))
+    fresh._adopt(pickle.loads(pickle.dumps(plan)), _checked(sequences, cu[:-1]))
     desc, tables, layouts = fresh.compiled.tables(sequences, cu[:-1])
     monkeypatch.setattr(compiler, "BIND_AT_ONCE", 10**9)  # every sequence bound by itself
     expected = maskc.loads(REWARD, arch="sm_90a").compiled.tables(sequences, cu[:-1])
@@ -455,14 +499,14 @@ def test_a_plan_of_a_padded_batch_is_the_calls_plan():
 
 def test_a_plan_for_other_values_or_another_mask_is_refused(attn):
     plan = attn.plan(cu_seqlens=[0, 40, 64], responses=[4, 4])
-    other_values = SimpleNamespace(sequences=attn.sequences([40, 24], {"responses": [4, 5]}), offsets=np.array([0, 40]))
+    other_values = _checked(attn.sequences([40, 24], {"responses": [4, 5]}), np.array([0, 40]))
     with pytest.raises(ValueError, match="other runtime values"):
         attn._adopt(plan, other_values)
-    other_offsets = SimpleNamespace(sequences=attn.sequences([40, 24], {"responses": [4, 4]}), offsets=np.array([0, 48]))
+    other_offsets = _checked(attn.sequences([40, 24], {"responses": [4, 4]}), np.array([0, 48]))
     with pytest.raises(ValueError, match="other runtime values"):
         attn._adopt(plan, other_offsets)
     other_mask = maskc.loads(SHARED_PROMPT, head_dim=64, dtype="fp16", arch="sm_80", w=5)
-    same_values = SimpleNamespace(sequences=other_mask.sequences([40, 24], {"responses": [4, 4]}), offsets=np.array([0, 40]))
+    same_values = _checked(other_mask.sequences([40, 24], {"responses": [4, 4]}), np.array([0, 40]))
     with pytest.raises(ValueError, match="another mask"):
         other_mask._adopt(plan, same_values)
     with pytest.raises(ValueError, match="what Attention.plan returns"):
@@ -563,6 +607,27 @@ def test_plan_keys_of_the_same_values_agree_whether_lists_or_tuples(batch, flips
 
     other = [{name: flip(value) for name, value in s.items()} for s in batch]
     assert CompiledMask.plan_key(other) == CompiledMask.plan_key(batch)
+
+
+def test_long_frozen_values_keep_their_hash_and_their_types_apart():
+    """Lists of a value per sequence of a large batch freeze to tuples that hash once (HashedOnce): equal to the
+    plain tuples of shorter lists' rule, kept apart by type, and pickled without their hash (another process's
+    differs)."""
+    import pickle
+
+    from maskc.compiler import HashedOnce, frozen_values
+
+    ints, lists = list(range(100)), [[b, b + 1] for b in range(100)]
+    frozen = frozen_values({"a": ints, "b": lists})
+    assert isinstance(frozen[0][1][1], HashedOnce) and frozen[0][1][1] == tuple(ints)
+    assert frozen == frozen_values({"a": tuple(ints), "b": [tuple(x) for x in lists]})
+    assert hash(frozen) == hash(frozen_values({"a": ints, "b": lists}))
+    assert frozen_values([True] * 100) != frozen_values([1] * 100) != frozen_values([1.0] * 100)
+    assert frozen_values(lists[:-1] + [[99, True]]) != frozen_values(lists)
+    ints[3] = 4  # a list changed in place keys anew
+    assert frozen_values({"a": ints, "b": lists}) != frozen
+    again = pickle.loads(pickle.dumps(frozen))
+    assert "hash" not in again[0][1][1].__dict__ and again == frozen and hash(again) == hash(frozen)
 
 
 _ODD = st.sampled_from([-1, -(2**31), 2**31, 2**40, 1.5, True, "3", None, [], [1, -1], [[1], [2, 3]], {"a": 1},
