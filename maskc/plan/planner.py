@@ -606,10 +606,8 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
     tiling = tiling or _tiling(program, config)
     batch = _Batch.of(layouts, values, tiling)
     bt = batch.blocks
-    q_tiles, k_tiles = bt.tiles("q"), bt.tiles("k")
-    qtile_base = np.zeros(len(q_tiles) + 1, dtype=np.int64)
-    np.cumsum(q_tiles, out=qtile_base[1:])
-    stats = PlanStats(tiles_total=int((q_tiles * k_tiles).sum()))
+    qtile_base = bt.tile_base("q")
+    stats = PlanStats(tiles_total=int(np.dot(bt.tiles("q"), bt.tiles("k"))))
     work_items = int(qtile_base[-1])
     if _descriptor_bytes(work_items, stats.tiles_total) > MAX_DESCRIPTOR_BYTES:  # else even a dense one fits
         # Refuse at once what must exceed the limit: the fast path and the search take memory per query tile
