@@ -294,17 +294,19 @@ def bind_batch(program: ir.Program, sequences: list[dict[str, object]]) -> tuple
         global_starts = (bounds[:, :-1] + base[:, None]).reshape(-1)
         entry_ptr, entry_seq, symbol, member, codes = _single_entries(count, segments)
     else:
-        order_key = np.concatenate([np.repeat(np.arange(count) * segments + s, 1 if per is None else per)
-                                    for s, _, per in parts])
-        lengths = np.concatenate([length for _, length, _ in parts])[order_key.argsort(kind="stable")]
+        per_entry = entries.reshape(-1)
+        symbol = _single_entries(count, segments)[2].repeat(per_entry)
+        # A segment's entries, in layout order, are its lengths in the order bind_batch has them (by sequence, then
+        # member): each goes where its symbol is.
+        lengths = np.empty(len(symbol), dtype=np.int64)
+        for s, length, _ in parts:
+            lengths[symbol == s] = length
         per_sequence = entries.sum(axis=1)
         entry_ptr = np.zeros(count + 1, dtype=np.int64)
         np.cumsum(per_sequence, out=entry_ptr[1:])
         entry_seq = np.arange(count).repeat(per_sequence)
         global_starts = np.cumsum(lengths) - lengths
         starts = global_starts - base.take(entry_seq)
-        per_entry = entries.reshape(-1)
-        symbol = np.repeat(np.arange(count * segments) % segments, per_entry)  # (np.tile: 4x the cost)
         member = np.arange(len(lengths)) - np.repeat(per_entry.cumsum() - per_entry, per_entry)
         codes = (symbol | member << 5).astype(np.int32)  # (members < 2^24: no overflow)
     layouts = BatchLayouts(starts=starts, lengths=lengths, symbol=symbol, member=member, counts=entries,
