@@ -754,23 +754,19 @@ def _descriptor(config: TileConfig, bt: BlockTable, qtile_base: np.ndarray, gq: 
     counts = np.bincount(gq, weights=lengths, minlength=total_q).astype(np.int64)
     seq = np.arange(len(qtile_base) - 1).repeat(qtile_base[1:] - qtile_base[:-1])  # of each global q tile
     visit = _visiting_order(seq, gq, lo, hi, counts)
+    rank = np.empty(total_q, dtype=np.int64)
+    rank[visit] = np.arange(total_q)
     visited = int(lengths.sum())
     nbytes = _descriptor_bytes(total_q, visited)
     if nbytes > MAX_DESCRIPTOR_BYTES:
         raise PlanError(f"the descriptor would list {visited:,} tiles ({nbytes / 2**30:.1f} GiB), "
                         "more than the 1 GiB limit; use fewer or shorter sequences")
-    # Ranges by (rank of their q tile, first k tile), one sort of one key (its first term, rank * stride, gathered
-    # from a table per q tile, in 16 bits where it fits: a radix sort); then written out tile by tile: the
+    # Ranges by (rank of their q tile, first k tile), one sort of one key; then written out tile by tile: the
     # kinds by a repeat, the k tiles by one running sum of steps (1 inside a range, a jump to lo[i] where range
     # i begins), which makes one array where an arange less a repeat made three (5x faster on 100K tiles).
     stride = int(lo.max(initial=0)) + 1
-    bound = total_q * stride
-    rank = np.empty(total_q, dtype=np.uint16 if bound <= 1 << 16 else np.int64)
-    rank[visit] = np.arange(0, bound, stride, dtype=rank.dtype)
-    key = rank.take(gq)
-    key += lo.astype(rank.dtype, copy=False)
-    order = key.argsort(kind="stable")
-    lo, hi, lengths, kinds = lo.take(order), hi.take(order), lengths.take(order), kinds.take(order)
+    order = stable_order(rank.take(gq) * stride + lo, total_q * stride)
+    lo, lengths, kinds = lo.take(order), lengths.take(order), kinds.take(order)
     # k_tile and kind share one allocation: made as two fresh arrays (half a megabyte each for full at 32K),
     # glibc handed their pages back to the OS at every other call and faulted them in again (0.25 of 0.7 ms).
     tiles = np.empty(2 * visited, dtype=np.int32)
@@ -778,16 +774,15 @@ def _descriptor(config: TileConfig, bt: BlockTable, qtile_base: np.ndarray, gq: 
     kind[:] = kinds.repeat(lengths)
     stats.tiles_full = int(lengths.compress(kinds == _FULL).sum())
     stats.tiles_partial = visited - stats.tiles_full
-    if not lengths.all():  # (empty ranges would write their jumps where the next range begins)
-        some = lengths > 0
-        lo, hi, lengths = lo.compress(some), hi.compress(some), lengths.compress(some)
+    some = lengths > 0
+    lo, lengths = lo.compress(some), lengths.compress(some)
     k_tile.fill(1)
     jump = lo.astype(np.int32)
-    jump[1:] -= hi[:-1]  # (int64 into int32 in place: the tiles are below 2^31)
+    jump[1:] -= (lo[:-1] + lengths[:-1] - 1).astype(np.int32)
     k_tile[lengths.cumsum() - lengths] = jump
     k_tile.cumsum(out=k_tile)
     row_ptr = np.zeros(total_q + 1, dtype=np.int32)
-    np.cumsum(counts.take(visit), out=row_ptr[1:])
+    row_ptr[1:] = counts.take(visit).cumsum()
     work_seq = seq.take(visit)
     work_qtile = (visit - qtile_base.take(work_seq)).astype(np.int32)
     work_seq = work_seq.astype(np.int32)
