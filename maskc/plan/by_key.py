@@ -46,38 +46,39 @@ def by_key(desc: Descriptor) -> KeyDescriptor:
     """The transpose of `desc`. Its arrays have a tile's entry each (65,536 for full attention at 32K), and its
     time was half page faults: glibc gave the freed temporaries back to the OS and faulted them in again at the
     next call. So they are few, 32-bit where the values allow, and computed in place where they can be."""
-    k_tiles = desc.blocks.tiles("k")
-    k_base = np.zeros(len(k_tiles) + 1, dtype=np.int64)  # global key tile of tile 0 per sequence
-    np.cumsum(k_tiles, out=k_base[1:])  # (a concatenation with a list converts the list: 2-3x the cost)
-    per_item = np.diff(desc.row_ptr)
-    item = np.repeat(np.arange(len(per_item), dtype=np.int32), per_item)
+    k_base = desc.blocks.tile_base("k")  # global key tile of tile 0 per sequence
+    per_item = desc.row_ptr[1:] - desc.row_ptr[:-1]  # (np.diff: 3x the cost)
+    item = np.arange(len(per_item), dtype=np.int32).repeat(per_item)
     narrow = k_base[-1] < 2**31
-    global_k = np.repeat(k_base.take(desc.work_seq).astype(np.int32 if narrow else np.int64), per_item)
+    global_k = k_base.take(desc.work_seq).astype(np.int32 if narrow else np.int64).repeat(per_item)
     global_k += desc.k_tile
-    counts = np.bincount(global_k, minlength=int(k_base[-1])).astype(np.int64)
+    total_k = int(k_base[-1])
+    counts = np.bincount(global_k, minlength=total_k)  # (int64: numpy's intp)
     most = int(counts.max(initial=0))
     visit = stable_order(most - counts, most + 1)  # most work first, as the forward kernels visit query tiles
-    rank = np.empty(len(visit), dtype=global_k.dtype)
-    rank[visit] = np.arange(len(visit))
-    q_tile = desc.work_qtile.take(item)
-    # By key tile (in visiting order), then query tile: one stable sort of a combined key (lexsort of the two:
-    # 1.4-2x slower at 32K; the pairs are distinct, so the order is the same), a radix sort where the key fits 16
-    # bits (a few packed documents: 86 -> ~20 us).
-    stride = int(q_tile.max(initial=0)) + 1
+    # By key tile (in visiting order), then query tile: one stable sort of a combined key rank * stride + query tile
+    # (lexsort of the two: 1.4-2x slower at 32K; the pairs are distinct, so the order is the same, whatever the
+    # stride past the query tiles). Made in the narrowest type that holds it, its first term gathered from a table
+    # per key tile: a radix sort where it fits 16 bits (a few packed documents: 86 -> ~20 us), without converting
+    # the tile-sized arrays.
+    stride = int(desc.work_qtile.max(initial=0)) + 1
+    bound = total_k * stride
+    dtype = np.uint16 if bound <= 1 << 16 else np.int32 if bound < 2**31 else np.int64
+    rank = np.empty(total_k, dtype=dtype)
+    rank[visit] = np.arange(0, bound, stride, dtype=dtype)
     key = rank.take(global_k)
-    if len(visit) * stride >= 2**31:
-        key = key.astype(np.int64)
-    key *= stride
-    key += q_tile
-    order = stable_order(key, len(visit) * stride)
-    work_seq = (np.searchsorted(k_base, visit, side="right") - 1).astype(np.int32)
+    key += desc.work_qtile.astype(dtype).repeat(per_item)
+    order = key.argsort(kind="stable")
+    q_item = item.take(order)
+    seq_of_k = np.arange(len(k_base) - 1, dtype=np.int32).repeat(k_base[1:] - k_base[:-1])  # (searchsorted: 2x)
+    work_seq = seq_of_k.take(visit)
     return KeyDescriptor(
         work_seq=work_seq,
-        work_ktile=(visit - k_base[work_seq]).astype(np.int32),
+        work_ktile=(visit - k_base.take(work_seq)).astype(np.int32),
         col_ptr=_pointers(counts.take(visit)),
-        q_tile=q_tile.take(order),
+        q_tile=desc.work_qtile.take(q_item),
         kind=desc.kind.take(order),
-        q_item=item.take(order),
+        q_item=q_item,
     )
 
 
@@ -104,12 +105,19 @@ class KeyTables:
 
 def key_tables(key_desc: KeyDescriptor, kind_dtype: np.dtype) -> KeyTables:
     return KeyTables(
-        key_work=np.stack([key_desc.work_seq, key_desc.work_ktile], axis=1).astype(np.int32).reshape(-1, 2),
+        key_work=_pairs(key_desc.work_seq, key_desc.work_ktile),
         col_ptr=key_desc.col_ptr,
         q_tiles=key_desc.q_tile,
         q_kinds=key_desc.kind.astype(kind_dtype, copy=False),
         q_items=key_desc.q_item,
     )
+
+
+def _pairs(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """int32 [W, 2]: the two columns side by side (np.stack and a conversion: 3x the cost)."""
+    out = np.empty((len(first), 2), dtype=np.int32)
+    out[:, 0], out[:, 1] = first, second
+    return out
 
 
 def long_items(item_ptr: np.ndarray, multiprocessors: int) -> int:

@@ -93,16 +93,25 @@ class _MadeOnDemand(Sequence):
 class BatchLayouts(_MadeOnDemand):
     """The layouts of a batch bound at once (`layout_batch.bind_batch`), as columns: each field of every sequence
     end to end, which is how the planner reads them, and a sequence's ConcreteLayout made only when it is asked
-    for (a batch of a thousand documents need not make a thousand objects). Its layouts have no grids."""
+    for (a batch of a thousand documents need not make a thousand objects). Its layouts have no grids. Besides a
+    ConcreteLayout's fields it keeps what bind_batch finds on the way and the planner needs for the whole batch
+    (the sequences lie back to back in one global coordinate). Its arrays are read-only: the planner reads them
+    as they are, and a plan keeps its layouts."""
 
     def __init__(self, starts: np.ndarray, lengths: np.ndarray, symbol: np.ndarray, member: np.ndarray,
-                 counts: np.ndarray, bounds: np.ndarray):
+                 counts: np.ndarray, bounds: np.ndarray, entry_ptr: np.ndarray, entry_seq: np.ndarray,
+                 base: np.ndarray, global_starts: np.ndarray, codes: np.ndarray):
         self.starts, self.lengths = starts, lengths  # int64 [C]: every sequence's entries (starts in the sequence)
-        self.symbol, self.member = symbol, member  # int32 [C]
+        self.symbol, self.member = symbol, member  # int64 [C]
         self.counts = counts  # int64 [B, S]: entries per symbolic segment
         self.bounds = bounds  # int64 [B, S + 1]: a row of ConcreteLayout.bounds per sequence
-        self.entry_ptr = np.zeros(len(bounds) + 1, dtype=np.int64)  # sequence b's entries: [entry_ptr[b], entry_ptr[b + 1])
-        np.cumsum(counts.sum(axis=1), out=self.entry_ptr[1:])
+        self.entry_ptr = entry_ptr  # int64 [B + 1]: sequence b's entries are [entry_ptr[b], entry_ptr[b + 1])
+        self.entry_seq = entry_seq  # int64 [C]: the sequence of each entry
+        self.base = base  # int64 [B]: where each sequence's token 0 lies in the batch
+        self.global_starts = global_starts  # int64 [C]: starts in the batch
+        self.codes = codes  # int32 [C]: symbol | member << 5, as the kernel's segment table holds them
+        for a in (starts, lengths, symbol, member, counts, bounds, entry_ptr, entry_seq, base, global_starts, codes):
+            a.flags.writeable = False
         self._made: dict[int, ConcreteLayout] = {}
 
     def __len__(self) -> int:
@@ -144,8 +153,24 @@ def joined(layouts: Sequence[ConcreteLayout], name: str, dtype) -> np.ndarray:
 def entries_per_sequence(layouts: Sequence[ConcreteLayout]) -> np.ndarray:
     """int64 [B]: how many concrete segments each sequence has."""
     if isinstance(layouts, BatchLayouts):
-        return np.diff(layouts.entry_ptr)
+        return layouts.entry_ptr[1:] - layouts.entry_ptr[:-1]
     return np.array([len(lay.starts) for lay in layouts], dtype=np.int64)
+
+
+def entry_pointers(layouts: Sequence[ConcreteLayout]) -> np.ndarray:
+    """int64 [B + 1]: the concrete segments of every layout end to end, where each sequence's begin (the last: all)."""
+    if isinstance(layouts, BatchLayouts):
+        return layouts.entry_ptr
+    ptr = np.zeros(len(layouts) + 1, dtype=np.int64)
+    np.cumsum([len(lay.starts) for lay in layouts], out=ptr[1:])
+    return ptr
+
+
+def segment_codes(layouts: Sequence[ConcreteLayout]) -> np.ndarray:
+    """int32 [C]: symbol | member << 5 of every concrete segment end to end (members < 2^24: no overflow)."""
+    if isinstance(layouts, BatchLayouts):
+        return layouts.codes
+    return joined(layouts, "symbol", np.int32) | (joined(layouts, "member", np.int32) << 5)
 
 
 def joined_grid_dims(layouts: Sequence[ConcreteLayout]) -> np.ndarray:

@@ -15,6 +15,7 @@ The per-sequence path then binds the batch and reports the problem with its sour
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 
@@ -204,6 +205,18 @@ def _scalar_column(form: _BatchForm, name: str, kind: str, default, sequences) -
     return array.tolist(), array
 
 
+@functools.lru_cache(maxsize=64)
+def _single_entries(count: int, segments: int) -> tuple[np.ndarray, ...]:
+    """entry_ptr, entry_seq, symbol, member and codes (BatchLayouts) of `count` sequences of `segments` entries each,
+    the same for every batch of that size (read-only)."""
+    symbol = np.tile(np.arange(segments, dtype=np.int64), count)
+    tables = (np.arange(0, count * segments + 1, segments, dtype=np.int64), np.arange(count).repeat(segments), symbol,
+              np.zeros(count * segments, dtype=np.int64), symbol.astype(np.int32))
+    for a in tables:
+        a.flags.writeable = False
+    return tables
+
+
 def bind_batch(program: ir.Program, sequences: list[dict[str, object]]) -> tuple[BatchValues, BatchLayouts] | None:
     """(values, layouts) of every sequence, as `CompiledMask.bind` binds them one by one, or None (see above).
     `sequences`: a list of dicts, or ValueColumns."""
@@ -273,19 +286,32 @@ def bind_batch(program: ir.Program, sequences: list[dict[str, object]]) -> tuple
         return None
 
     # Every entry in layout order: by sequence, then segment, then member.
-    per_entry = entries.reshape(-1)
-    if all(per is None for _, _, per in parts):
-        lengths = tokens.reshape(-1).copy()
-    else:
-        order_key = np.concatenate([np.repeat(np.arange(count) * len(form.segments) + s, 1 if per is None else per)
-                                    for s, _, per in parts])
-        lengths = np.concatenate([length for _, length, _ in parts])[order_key.argsort(kind="stable")]
-    starts = np.cumsum(lengths) - lengths - np.repeat(total.cumsum() - total, entries.sum(axis=1))
+    base = total.cumsum() - total  # (the sequences lie back to back in the planner's global coordinate)
     segments = len(form.segments)
-    symbol = np.repeat(np.arange(count * segments, dtype=np.int32) % segments, per_entry)  # (np.tile: 4x the cost)
-    member = (np.arange(len(lengths)) - np.repeat(per_entry.cumsum() - per_entry, per_entry)).astype(np.int32)
+    if all(per is None for _, _, per in parts):  # an entry per segment: it starts where its segment does
+        lengths = tokens.reshape(-1)
+        starts = bounds[:, :-1].reshape(-1)
+        global_starts = (bounds[:, :-1] + base[:, None]).reshape(-1)
+        entry_ptr, entry_seq, symbol, member, codes = _single_entries(count, segments)
+    else:
+        per_entry = entries.reshape(-1)
+        symbol = _single_entries(count, segments)[2].repeat(per_entry)
+        # A segment's entries, in layout order, are its lengths in the order bind_batch has them (by sequence, then
+        # member): each goes where its symbol is.
+        lengths = np.empty(len(symbol), dtype=np.int64)
+        for s, length, _ in parts:
+            lengths[symbol == s] = length
+        per_sequence = entries.sum(axis=1)
+        entry_ptr = np.zeros(count + 1, dtype=np.int64)
+        np.cumsum(per_sequence, out=entry_ptr[1:])
+        entry_seq = np.arange(count).repeat(per_sequence)
+        global_starts = np.cumsum(lengths) - lengths
+        starts = global_starts - base.take(entry_seq)
+        member = np.arange(len(lengths)) - np.repeat(per_entry.cumsum() - per_entry, per_entry)
+        codes = (symbol | member << 5).astype(np.int32)  # (members < 2^24: no overflow)
     layouts = BatchLayouts(starts=starts, lengths=lengths, symbol=symbol, member=member, counts=entries,
-                           bounds=bounds)
+                           bounds=bounds, entry_ptr=entry_ptr, entry_seq=entry_seq, base=base,
+                           global_starts=global_starts, codes=codes)
     values = BatchValues(ns=[x if given else None for x, given in zip(ns.tolist(), given_n)], scalars=scalars,
                          lists={name: (flat, ends.tolist()) for name, (flat, _, ends) in lists.items()})
     return values, layouts

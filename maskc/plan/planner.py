@@ -34,14 +34,17 @@ from maskc.plan.arrays import distinct, expand, stable_order
 from maskc.plan.exact import pair_env, regions_visible, visible
 from maskc.plan.intervals import ArrayTable, IntervalEvaluator, IntRange, RangeExtremes
 from maskc.plan.layout import (
+    BatchLayouts,
     ConcreteLayout,
     SegmentFacts,
     SequenceValues,
     entries_per_sequence,
+    entry_pointers,
     joined,
     joined_grid_dims,
     scalar_column,
     segment_bounds,
+    segment_codes,
 )
 from maskc.plan.factors import factored_forms, search_by_factors
 from maskc.plan.rows import plan_ranges
@@ -192,16 +195,23 @@ class _Batch:
     @staticmethod
     def of(layouts: list[ConcreteLayout], values: list[SequenceValues], tiling: Tiling) -> "_Batch":
         bounds = segment_boundaries(layouts, tiling.blocks[-1].last + 1)
+        blocks = block_table(tiling, layouts, bounds)
+        if isinstance(layouts, BatchLayouts):  # bound at once: bind_batch made these columns (read-only)
+            return _Batch(layouts=layouts, values=values, blocks=blocks, base=layouts.base,
+                          starts=layouts.global_starts, member=layouts.member, lengths=layouts.lengths,
+                          symbol=layouts.symbol, bounds=bounds)
         base = bounds[:, -1].cumsum() - bounds[:, -1]
         lengths = joined(layouts, "lengths", np.int64)
         # The sequences lie back to back, so the global starts are those of one long layout.
-        return _Batch(layouts=layouts, values=values, blocks=block_table(tiling, layouts, bounds), base=base,
+        return _Batch(layouts=layouts, values=values, blocks=blocks, base=base,
                       starts=lengths.cumsum() - lengths, member=joined(layouts, "member", np.int64),
                       lengths=lengths, symbol=joined(layouts, "symbol", np.int64), bounds=bounds)
 
     @cached_property
     def segment_seq(self) -> np.ndarray:
         """int64 [C]: the sequence of each concrete segment."""
+        if isinstance(self.layouts, BatchLayouts):
+            return self.layouts.entry_seq
         return np.repeat(np.arange(len(self.layouts)), entries_per_sequence(self.layouts))
 
     @cached_property
@@ -606,10 +616,8 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
     tiling = tiling or _tiling(program, config)
     batch = _Batch.of(layouts, values, tiling)
     bt = batch.blocks
-    q_tiles, k_tiles = bt.tiles("q"), bt.tiles("k")
-    qtile_base = np.zeros(len(q_tiles) + 1, dtype=np.int64)
-    np.cumsum(q_tiles, out=qtile_base[1:])
-    stats = PlanStats(tiles_total=int((q_tiles * k_tiles).sum()))
+    qtile_base = bt.tile_base("q")
+    stats = PlanStats(tiles_total=int(np.dot(bt.tiles("q"), bt.tiles("k"))))
     work_items = int(qtile_base[-1])
     if _descriptor_bytes(work_items, stats.tiles_total) > MAX_DESCRIPTOR_BYTES:  # else even a dense one fits
         # Refuse at once what must exceed the limit: the fast path and the search take memory per query tile
@@ -931,9 +939,9 @@ def kernel_tables(code, desc: Descriptor, layouts: list[ConcreteLayout], values:
     table = code.seq_table
     seq_table = np.zeros((batch, table.width), dtype=np.int64)
     bounds = segment_boundaries(layouts, len(code.segment_names))
-    sizes = entries_per_sequence(layouts)
+    entry_ptr = entry_pointers(layouts)
     ns = bounds[:, -1]
-    fixed = (np.asarray(token_offsets, dtype=np.int64), ns, np.cumsum(sizes) - sizes, sizes)
+    fixed = (np.asarray(token_offsets, dtype=np.int64), ns, entry_ptr[:-1], entry_ptr[1:] - entry_ptr[:-1])
     for name, value in zip(table.FIXED, fixed):
         seq_table[:, table.fixed(name)] = value
     # Every sequence has a row per block of the tiling: the block fields of sequence b are rows b*blocks ...
@@ -986,6 +994,6 @@ def kernel_tables(code, desc: Descriptor, layouts: list[ConcreteLayout], values:
         kinds=desc.kind.astype({8: np.uint8, 16: np.uint16, 32: np.uint32}[code.kind_bits], copy=False),
         seq_table=seq_table,
         seg_start=joined(layouts, "starts", np.int32),
-        seg_code=joined(layouts, "symbol", np.int32) | (joined(layouts, "member", np.int32) << 5),  # int32 (members < 2^24: no overflow)
+        seg_code=segment_codes(layouts),
         arrays=np.concatenate(array_parts) if array_parts else np.zeros(1, np.int32),
     )

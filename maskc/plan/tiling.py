@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -231,6 +232,21 @@ class BlockTable:
             return self.count(side).copy()
         return np.bincount(self.seq, weights=self.count(side), minlength=len(self.rows_of_seq) - 1).astype(np.int64)
 
+    def tile_base(self, side: str) -> np.ndarray:
+        """int64 [B + 1], read-only: the tiles of the batch numbered sequence by sequence, the number of each
+        sequence's tile 0 (the last entry: all tiles). The planner and the key descriptor both need it."""
+        return self._tile_bases[side]
+
+    @cached_property
+    def _tile_bases(self) -> dict[str, np.ndarray]:
+        bases = {}
+        for side in "qk":
+            base = np.zeros(len(self.rows_of_seq), dtype=np.int64)
+            np.cumsum(self.tiles(side), out=base[1:])
+            base.flags.writeable = False
+            bases[side] = base
+        return bases
+
 
 def tiles_per_block(dims: np.ndarray, shape: np.ndarray) -> np.ndarray:
     return np.prod(-(-dims // shape), axis=-1)
@@ -251,15 +267,25 @@ def block_table(tiling: Tiling, layouts: list[ConcreteLayout], bounds: np.ndarra
     `bounds`: segment_boundaries() of the layouts, when known."""
     batch, count = len(layouts), len(tiling.blocks)
     bounds = segment_boundaries(layouts, tiling.blocks[-1].last + 1) if bounds is None else bounds
-    lo = bounds[:, [blk.first for blk in tiling.blocks]]  # [B, blocks]
+    rows = _block_rows(tiling, batch)
+    if tiling.tiles_are_runs:  # one run per sequence, [0, n) (a few numpy calls: the planner's usual case)
+        n = bounds[:, -1]
+        dims = np.ones((batch, 3), dtype=np.int64)
+        dims[:, 2] = n
+        count_q = (n + (tiling.block_q - 1)) // tiling.block_q
+        count_k = (n + (tiling.block_k - 1)) // tiling.block_k
+        return BlockTable(seq=rows.seq, block=rows.block, start=rows.zeros, dims=dims, first_q=rows.zeros,
+                          count_q=count_q, first_k=rows.zeros, count_k=count_k, q_shape=rows.q_shape,
+                          k_shape=rows.k_shape, rows_of_seq=rows.rows_of_seq, size_q=tiling.block_q,
+                          size_k=tiling.block_k, runs_only=True)
+    lo = bounds[:, rows.first_segment]  # [B, blocks]
     dims = np.ones((batch, count, 3), dtype=np.int64)
-    dims[:, :, 2] = bounds[:, [blk.last + 1 for blk in tiling.blocks]] - lo
+    dims[:, :, 2] = bounds[:, rows.end_segment] - lo
     for i, blk in enumerate(tiling.blocks):
         if blk.grid:
             for b, lay in enumerate(layouts):
                 d = lay.grid_dims[blk.first]
                 dims[b, i] = (1,) * (3 - len(d)) + tuple(d)
-    rows = _block_rows(tiling, batch)
     if tiling.has_grids:
         counts = {side: tiles_per_block(dims, rows.shapes[side]) for side in "qk"}  # [B, blocks]
     else:  # runs of L tokens, (1, 1, L), in tiles of (1, 1, block): the same count, in one call per side
@@ -283,6 +309,9 @@ class _BlockRows:
     q_shape: np.ndarray
     k_shape: np.ndarray
     rows_of_seq: np.ndarray
+    first_segment: np.ndarray  # int64 [blocks]: each block's first symbolic segment
+    end_segment: np.ndarray  # ... and the one after its last
+    zeros: np.ndarray  # int64 [B]: a sequence's one run block starts at token 0, at tile 0 on both sides
 
 
 @functools.lru_cache(maxsize=256)
@@ -294,8 +323,11 @@ def _block_rows(tiling: Tiling, batch: int) -> _BlockRows:
                       np.tile(np.arange(count, dtype=np.int64), batch),
                       np.repeat(shapes["q"][None], batch, axis=0).reshape(-1, 3),
                       np.repeat(shapes["k"][None], batch, axis=0).reshape(-1, 3),
-                      np.arange(0, batch * count + 1, count, dtype=np.int64))
-    for a in (*shapes.values(), rows.seq, rows.block, rows.q_shape, rows.k_shape, rows.rows_of_seq):
+                      np.arange(0, batch * count + 1, count, dtype=np.int64),
+                      np.array([blk.first for blk in tiling.blocks], dtype=np.int64),
+                      np.array([blk.last + 1 for blk in tiling.blocks], dtype=np.int64), np.zeros(batch, dtype=np.int64))
+    for a in (*shapes.values(), rows.seq, rows.block, rows.q_shape, rows.k_shape, rows.rows_of_seq, rows.first_segment,
+              rows.end_segment, rows.zeros):
         a.flags.writeable = False
     return rows
 
