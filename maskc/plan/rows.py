@@ -52,6 +52,7 @@ _BIG = 1 << 40
 _MOVING = ("index", "pos", "t", "y", "x")  # facts of the query that change along a piece
 _NEVER = np.iinfo(np.int64).max  # the first tile of an empty range
 _FULL = int(TileKind.FULL)  # (numpy takes an IntEnum member at 2x-4x the cost of an int)
+_EMPTY = np.array([_BIG, -_BIG])[:, None, None]  # L and H where no row has keys
 
 
 @dataclass(frozen=True)
@@ -164,10 +165,15 @@ class RowForms:
     lists: tuple[tuple[str, ir.Index], ...]  # each list read, and the name it reads as: a column per segment
     bounds: tuple[tuple[str, bool, int], ...]  # SegmentBounds read: (segment, end, column of the boundary table)
     bits: np.ndarray  # uint32 [R]: each region's bit in a partial tile's kind
-    pairs: tuple[np.ndarray, np.ndarray]  # every pair of regions r1 < r2 whose q sides share a segment (others
+    pairs: np.ndarray  # int64 [2, pairs]: every pair of regions r1 < r2 whose q sides share a segment (others
     # never meet the rows of one piece together)
     q_bits: np.ndarray  # int64 [R]: RowForm.q_bits of each region
     k_columns: np.ndarray  # int64 [2, R]: the columns of the boundary table where each region's k side begins, ends
+    slopes: np.ndarray  # int64 [2, R, 1]: l and h of each region from its constant slopes alone (Const terms)
+    terms: tuple[tuple[int, int, np.ufunc, ir.Expr], ...]  # the other terms: (row of L, H, l, h, region, max or min,
+    # the term)
+    conditions: tuple[tuple[int, ir.Expr], ...]  # (region, row condition) of the regions that have one
+    kinds: np.ndarray  # uint32 [3, R]: the kinds of a region's partial, full, partial tiles
 
 
 @per_object
@@ -190,8 +196,27 @@ def row_forms(program: ir.Program) -> RowForms | None:
                           tuple((name, end, col) for (name, end), col in bounds.items()),
                           np.array([TileKind.rule_bit(r) for r in range(len(forms))], dtype=np.uint32),
                           _sharing_rows(forms), np.array([f.q_bits for f in forms], dtype=np.int64),
-                          np.array([[f.k_first for f in forms], [f.k_last + 1 for f in forms]], dtype=np.int64))
+                          np.array([[f.k_first for f in forms], [f.k_last + 1 for f in forms]], dtype=np.int64),
+                          *_terms_of(forms),
+                          tuple((r, f.row) for r, f in enumerate(forms) if f.row != ir.TRUE),
+                          np.array([[TileKind.rule_bit(r) for r in range(len(forms))], [_FULL] * len(forms),
+                                    [TileKind.rule_bit(r) for r in range(len(forms))]], dtype=np.uint32))
     return result
+
+
+def _terms_of(forms: list[RowForm]):
+    """RowForms.slopes and RowForms.terms: the constant slopes folded (and clamped, as every bound is)."""
+    slopes = np.array([[-_BIG] * len(forms), [_BIG] * len(forms)], dtype=np.int64)[:, :, None]
+    terms = []
+    for r, f in enumerate(forms):
+        for row, parts, op in ((0, f.lo.constants, np.maximum), (1, f.hi.constants, np.minimum),
+                               (2, f.lo.slopes, np.maximum), (3, f.hi.slopes, np.minimum)):
+            for e in parts:
+                if row >= 2 and isinstance(e, ir.Const):
+                    slopes[row - 2, r] = op(slopes[row - 2, r], min(max(int(e.value), -_BIG), _BIG))
+                else:
+                    terms.append((row, r, op, e))
+    return slopes, tuple(terms)
 
 
 def _reading_lists_as_params(form: RowForm, lists: dict[str, ir.Index]) -> RowForm:
@@ -204,11 +229,11 @@ def _reading_lists_as_params(form: RowForm, lists: dict[str, ir.Index]) -> RowFo
     return RowForm(form.q_bits, form.k_first, form.k_last, read(form.row), bound(form.lo), bound(form.hi))
 
 
-def _sharing_rows(forms: list[RowForm]) -> tuple[np.ndarray, np.ndarray]:
-    """The pairs of regions r1 < r2 whose q sides share a segment, as two arrays."""
+def _sharing_rows(forms: list[RowForm]) -> np.ndarray:
+    """The pairs of regions r1 < r2 whose q sides share a segment, as int64 [2, pairs]."""
     pairs = [(r1, r2) for r1 in range(len(forms)) for r2 in range(r1 + 1, len(forms))
              if forms[r1].q_bits & forms[r2].q_bits]
-    return tuple(np.array([p[side] for p in pairs], dtype=np.int64) for side in (0, 1))
+    return np.array(pairs, dtype=np.int64).reshape(-1, 2).T.copy()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -217,16 +242,17 @@ def _sharing_rows(forms: list[RowForm]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _segment_constants(forms: RowForms, batch, bk: int) -> np.ndarray | None:
-    """int64 [6, R, C] over the concrete segments of the whole batch: ok, L, l, H, h, Hf, with L, l, H, h as
-    in the module docstring (the k side's own span folded into L and H, so intervals never leave it), ok = 1
-    where the region applies to the segment's rows and some row may have keys (H > L and h > l), and Hf = H
-    cut to the last k tile without a ragged slot. None when an expression divides by zero for these values
-    (the general search then reports or handles it)."""
+    """int64 [5, R, C] over the concrete segments of the whole batch: L, H, l, h, Hf, with L, l, H, h as in the
+    module docstring (the k side's own span folded into L and H, so intervals never leave it) and Hf = H cut
+    to the last k tile without a ragged slot. Where the region does not apply to the segment's rows, or no
+    row has keys (H <= L or h <= l), L = +BIG and H = -BIG: then no row's interval, nor any range made from
+    them, holds a key. None when an expression divides by zero for these values (the general search then
+    reports or handles it)."""
     seq = batch.segment_seq
-    bounds = batch.bounds[seq]  # [C, S + 1]: where each symbolic segment of c's sequence begins (the last: n)
+    bounds = batch.bounds.take(seq, axis=0)  # [C, S + 1]: where each symbolic segment of c's sequence begins (n last)
     params = {name: scalar_column(batch.values, name)[seq] for name in forms.params}
     params["n"] = bounds[:, -1]
-    start = batch.starts - batch.base[seq]
+    start = batch.starts - batch.base.take(seq)
     env = Env(params=params, tokens={("q", "start"): start, ("q", "end"): start + batch.lengths,
                                      ("member", "q"): batch.member},
               bounds={(name, end): bounds[:, col] for name, end, col in forms.bounds})
@@ -236,26 +262,23 @@ def _segment_constants(forms: RowForms, batch, bk: int) -> np.ndarray | None:
     except ZeroDivisionError:
         return None
 
-    # One array for all six, filled in place: each region's row of L, l, H, h starts from the k side's span.
-    out = np.empty((6, len(forms.regions), len(seq)), dtype=np.int64)
-    applies, L, l, H, h, Hf = out
-    L[:], H[:] = bounds[:, forms.k_columns[0]].T, bounds[:, forms.k_columns[1]].T
-    l.fill(-_BIG)
-    h.fill(_BIG)
+    # One array for all five, filled in place: L and H start from the k side's span, l and h from the constant
+    # slopes.
+    out = np.empty((5, len(forms.regions), len(seq)), dtype=np.int64)
+    L, H, l, h, Hf = out
+    out[:2] = bounds.take(forms.k_columns, axis=1).transpose(1, 2, 0)
+    out[2:4] = forms.slopes
     on_side = ((forms.q_bits[:, None] >> batch.symbol) & 1).astype(bool)
     try:
-        for r, f in enumerate(forms.regions):
-            if f.row != ir.TRUE:
-                on_side[r] &= np.asarray(evaluate(f.row, env), dtype=bool)
-            for parts, bound, op in ((f.lo.constants, L, np.maximum), (f.lo.slopes, l, np.maximum),
-                                     (f.hi.constants, H, np.minimum), (f.hi.slopes, h, np.minimum)):
-                for e in parts:
-                    op(bound[r], evaluate(e, env), out=bound[r])
+        for r, row in forms.conditions:
+            on_side[r] &= np.asarray(evaluate(row, env), dtype=bool)
+        for row, r, op, e in forms.terms:
+            op(out[row, r], evaluate(e, env), out=out[row, r])
     except ZeroDivisionError:
         return None
-    bounds4 = out[1:5]
+    bounds4 = out[:4]
     np.minimum(np.maximum(bounds4, -_BIG, out=bounds4), _BIG, out=bounds4)  # (np.clip costs 10x more)
-    applies[:] = on_side & (H > L) & (h > l)
+    np.copyto(out[:2], _EMPTY, where=~(on_side & (H > L) & (h > l)))
     np.minimum(H, bounds[:, -1] // bk * bk, out=Hf)
     return out
 
@@ -288,9 +311,10 @@ class _Pieces:
 
 
 def _pieces(batch, ns: np.ndarray, bq: int) -> _Pieces:
-    counts = -(-ns // bq)  # q tiles per sequence
-    first_tile = counts.cumsum() - counts
-    tiles = int(counts.sum())
+    counts = (ns + (bq - 1)) // bq  # q tiles per sequence
+    first_tile = counts.cumsum()
+    tiles = int(first_tile[-1])
+    first_tile -= counts
     tile_start = (batch.base - first_tile * bq).repeat(counts) + np.arange(tiles) * bq  # global, ascending
     nonempty = (batch.lengths > 0).nonzero()[0]
     seg_start = batch.starts.take(nonempty)
@@ -301,33 +325,10 @@ def _pieces(batch, ns: np.ndarray, bq: int) -> _Pieces:
     base = batch.base.take(seq)
     b = np.empty_like(cuts)
     b[:-1] = cuts[1:]
-    b[-1:] = ns.sum()
-    gq = first_tile.take(seq) + (cuts - base) // bq
-    return _Pieces(gq=gq, seg=seg, seq=seq, a=cuts - base, b=b - base, per_tile=np.bincount(gq, minlength=tiles))
-
-
-def _sweep(key: np.ndarray, first: np.ndarray, last: np.ndarray, values: np.ndarray, keys: int):
-    """Ranges first..last (inclusive) of k tiles, each of one key (a q tile, below `keys`), with values [m, E]: the
-    elementary segments [start, end) between consecutive range end points of a key, and the sums of the
-    values of the ranges covering each ([m, S]). Returns (key, start, end, sums)."""
-    pos = np.concatenate((first, last + 1))
-    stride = int(pos.max(initial=0)) + 1
-    # Each event as one number, key * stride + position: sorted once, and compared once.
-    point = np.concatenate((key, key))
-    point *= stride
-    point += pos
-    order = stable_order(point, keys * stride)
-    point = point.take(order)
-    sums = np.concatenate((values, -values), axis=1).take(order, axis=1).cumsum(axis=1)
-    # Ranges open and close inside their key, so the running sums start every key at zero. Keep the sums
-    # after the last event at each (key, position).
-    last_event = np.empty(len(point), dtype=bool)
-    last_event[-1:] = True
-    np.not_equal(point[1:], point[:-1], out=last_event[:-1])
-    point, sums = point.compress(last_event), sums.compress(last_event, axis=1)
-    key, pos = np.divmod(point, stride)
-    seg = (key[:-1] == key[1:]).nonzero()[0]
-    return key.take(seg), pos.take(seg), pos.take(seg + 1), sums.take(seg, axis=1)
+    b[-1:] = batch.base[-1] + ns[-1]
+    a = cuts - base
+    gq = first_tile.take(seq) + a // bq
+    return _Pieces(gq=gq, seg=seg, seq=seq, a=a, b=b - base, per_tile=np.bincount(gq, minlength=tiles))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -337,16 +338,14 @@ def _sweep(key: np.ndarray, first: np.ndarray, last: np.ndarray, values: np.ndar
 
 @dataclass
 class _Met:
-    """Per (region, piece) [R, P]: whether the region meets the piece's rows, the k tiles it meets, m0..m1,
-    and those it covers for every row, f0..f1 (empty: f0 = m1 + 1, f1 = m1); per (pair of regions, piece)
-    [R(R-1)/2, P] the k tiles both meet, lo..hi (empty: lo > hi)."""
+    """Per (region, piece) [R, P]: `spans` [2, R, P], whether the region meets the piece's rows and whether it
+    covers some k tile for every row, and `edges` [4, R, P], m0 <= f0 <= f1 <= m1: it meets k tiles m0 .. m1 - 1
+    and covers f0 .. f1 - 1 (f0 = f1 = m1 where it covers none). Per (pair of regions, piece) [R(R-1)/2, P]:
+    where both meet a common k tile (`shared`), the k tiles both meet, pair_lo .. pair_hi - 1."""
 
-    met: np.ndarray
-    m0: np.ndarray
-    m1: np.ndarray
-    covers: np.ndarray
-    f0: np.ndarray
-    f1: np.ndarray
+    spans: np.ndarray
+    edges: np.ndarray
+    shared: np.ndarray
     pair_lo: np.ndarray
     pair_hi: np.ndarray
 
@@ -363,123 +362,145 @@ def plan_ranges(program: ir.Program, batch, tiling) -> tuple | None:
         return None
     p = _pieces(batch, batch.bounds[:, -1], bq)
     a, b = p.a, p.b
+    consts = seg.take(p.seg, axis=2)  # [5, R, P]
+    L, H, l, h, Hf = consts
 
     # The rows with a non-empty interval are xa .. xb - 1 (hi - lo is concave).
-    ok, L, l, H, h, Hf = seg.take(p.seg, axis=2)
     xa = np.maximum(a, L - h + 1)
     xb = np.minimum(b, H - l)
-    met = (ok != 0) & (xa < xb)
-    m0 = np.maximum(L, xa + l) // bk  # k tiles met: from lo at the first non-empty row ...
-    m1 = (np.minimum(H, xb + h - 1) - 1) // bk  # ... to hi at the last
-    # Keys every row of the piece sees, when every row has keys: [lo(b - 1), hi(a)), in whole k tiles.
-    f0 = -(np.minimum(-L, 1 - b - l) // bk)
-    f1 = np.minimum(Hf, a + h) // bk - 1
-    covers = met & (xa == a) & (xb == b) & (f0 <= f1)
-    f0, f1 = np.where(covers, f0, m1 + 1), np.where(covers, f1, m1)  # empty where nothing is covered
-    r1, r2 = forms.pairs
-    if len(r1):
-        m = _Met(met, m0, m1, covers, f0, f1, np.where(met[r1] & met[r2], np.maximum(m0[r1], m0[r2]), _NEVER),
-                 np.minimum(m1[r1], m1[r2]))
-        overlap = (m.pair_lo <= m.pair_hi).any(axis=0)
+    spans = np.empty((2, *L.shape), dtype=bool)
+    met, covers = spans
+    np.less(xa, xb, out=met)
+    edges = np.empty((4, *L.shape), dtype=np.int64)
+    m0, f0, f1, m1 = edges
+    # k tiles met: from lo at the first non-empty row to hi at the last (ceil(x / bk) as (x + bk - 1) // bk) ...
+    np.floor_divide(np.maximum(L, xa + l), bk, out=m0)
+    np.floor_divide(np.minimum(H + (bk - 1), xb + h + (bk - 2)), bk, out=m1)
+    # ... and keys every row of the piece sees, when every row has keys: [lo(b - 1), hi(a)), in whole k tiles.
+    np.floor_divide(np.maximum(L + (bk - 1), l + (b + bk - 2)), bk, out=f0)
+    np.floor_divide(np.minimum(Hf, a + h), bk, out=f1)
+    # Where f0 < f1, lo(b - 1) < hi(a): every row has keys, and the region covers those tiles.
+    np.less(f0, f1, out=covers)
+    np.copyto(edges[1:3], m1, where=~covers)  # empty where nothing is covered
+    if forms.pairs.shape[1]:
+        pair_lo = np.where(met, m0, _NEVER).take(forms.pairs, axis=0).max(axis=0)
+        pair_hi = m1.take(forms.pairs, axis=0).min(axis=0)
+        shared = pair_lo < pair_hi
     else:  # no two regions share rows
-        none = np.zeros((0, len(a)), dtype=np.int64)
-        m = _Met(met, m0, m1, covers, f0, f1, none, none)
-        overlap = np.zeros(len(a), dtype=bool)
+        pair_lo = pair_hi = np.zeros((0, len(a)), dtype=np.int64)
+        shared = np.zeros((0, len(a)), dtype=bool)
+    m = _Met(spans, edges, shared, pair_lo, pair_hi)
+    overlap = shared.any(axis=0)
 
     # A q tile of one piece where no two regions meet a common k tile (the common case): each region's tiles
-    # are partial, then full, then partial. The other q tiles go through a sweep. (The ranges may come in any
-    # order: the descriptor sorts them.)
-    alone = (p.per_tile.take(p.gq) == 1) & ~overlap
-    flat = (met & alone).ravel().nonzero()[0]  # (region, piece) r * P + i
-    gq = p.gq.take(flat % len(p.gq))
-    gq = np.concatenate((gq, gq, gq))
-    lo = np.array((m0, f0, f1 + 1)).reshape(3, -1).take(flat, axis=1).ravel()
-    hi = np.array((f0 - 1, f1, m1)).reshape(3, -1).take(flat, axis=1).ravel()
-    bits = forms.bits.take(flat // len(p.gq))
-    kind = np.concatenate((bits, np.zeros(len(flat), np.uint32), bits))
-    if not alone.all():
+    # are partial, then full, then partial, the ranges edges[i] .. edges[i + 1] - 1 (some empty). The other q
+    # tiles go through a sweep. (The ranges may come in any order: the descriptor sorts them.)
+    chosen = (p.per_tile.take(p.gq) > 1) | overlap
+    flat = ((edges[:3] < edges[1:]) & (met & ~chosen)).ravel().nonzero()[0]  # (range, region, piece)
+    pieces = len(a)
+    gq, lo = p.gq.take(flat % pieces), edges[:3].reshape(-1).take(flat)
+    hi, kind = edges[1:].reshape(-1).take(flat) - 1, forms.kinds.take(flat // pieces)
+    if chosen.any():
         gq, lo, hi, kind = (np.concatenate(x) for x in zip((gq, lo, hi, kind),
-                                                             _swept(seg, p, ~alone, overlap, m, forms, bq, bk)))
-    keep = lo <= hi
-    return gq.compress(keep), lo.compress(keep), hi.compress(keep), kind.compress(keep)
+                                                             _swept(consts, p, chosen, overlap, m, forms, bq, bk)))
+    return gq, lo, hi, kind
 
 
-def _swept(seg, p: _Pieces, chosen, overlap, m: _Met, forms: RowForms, bq, bk):
+_STEP = np.array([1, -1], dtype=np.int32)[:, None]  # where a range opens, where it ends
+
+
+def _swept(consts, p: _Pieces, chosen, overlap, m: _Met, forms: RowForms, bq, bk):
     """Ranges of the q tiles of the `chosen` pieces: per k tile, the regions meeting it in some piece, and
-    FULL where every piece of the q tile covers it."""
+    FULL where every piece of the q tile covers it. A sweep over range end points: per region a count of the
+    ranges meeting the tile (it meets the tile where its count > 0), and a count of the pieces covering the
+    tile: a region covering the tile alone, one per piece unless two regions meet the tile there (corrected
+    by `_union_fixes`). Each range steps its count up where it opens and down where it ends; the counts
+    between two consecutive end points of a q tile are running sums over the steps sorted by (q tile,
+    position). (Counts stay below the pieces of a q tile: int32 holds them.)"""
     regions, pieces = len(forms.bits), len(p.gq)
-    # Counts per region (a region meets a k tile where its count > 0), then of the pieces covering the tile:
-    # a region covering the tile alone, one per piece unless two regions meet the tile there (corrected below).
-    # Events: (met or covers, region, piece), as flat indices c * R * P + r * P + i into [2, R, P] (c: covers);
-    # in any order, as the sweep only reads sums.
-    events = np.flatnonzero(np.array((m.met, m.covers)) & chosen)
-    first, last = np.array((m.m0, m.f0)).take(events), np.array((m.m1, m.f1)).take(events)
-    row = np.minimum(events // pieces, regions)  # the region met, or `regions` for a cover
-    weight = np.ones(len(row), dtype=np.int64)
-    key = p.gq.take(events % pieces)
-    if (overlap & chosen).any():
-        piece, tile, delta = _union_fixes(seg, p, overlap & chosen, m, bq, bk)
-        key, first, last = np.concatenate((key, p.gq.take(piece))), np.concatenate((first, tile)), \
-            np.concatenate((last, tile))
-        row = np.concatenate((row, np.full(len(piece), regions)))
-        weight = np.concatenate((weight, delta))
-    q, start, end, sums = _sweep(key, first, last, (np.arange(regions + 1)[:, None] == row) * weight,
-                                 len(p.per_tile))
-    kind = forms.bits @ (sums[:regions] > 0)  # the bits of the regions meeting the tile: a sum of distinct bits
-    visited = kind != 0
-    kind = np.where(sums[regions] == p.per_tile.take(q), _FULL, kind).astype(np.uint32)
-    return q.compress(visited), start.compress(visited), end.compress(visited) - 1, kind.compress(visited)
+    # Ranges: (met or covers, region, piece) as flat indices c * R * P + r * P + i into [2, R, P].
+    ranges = (m.spans & chosen).ravel().nonzero()[0]
+    first = m.edges[:2].reshape(-1).take(ranges)  # m0 or f0
+    end = m.edges[:1:-1].reshape(-1).take(ranges)  # m1 or f1
+    counter = np.minimum(ranges // pieces, regions)  # the region met, or `regions` for a cover
+    steps = ((np.arange(regions + 1)[:, None, None] == counter) * _STEP).reshape(regions + 1, -1)  # [R + 1, 2E]
+    # Each step as one number, q tile * stride + position: sorted once, and compared once.
+    stride = int(end.max(initial=0)) + 1
+    key = p.gq.take(ranges % pieces) * stride
+    point = np.concatenate((first + key, end + key))
+    if overlap.any():
+        piece, tile, delta = _union_fixes(consts, p, m, bq, bk)
+        fix = np.zeros((regions + 1, 2, len(piece)), dtype=np.int32)
+        fix[regions, 0] = delta
+        np.negative(delta, out=fix[regions, 1])
+        at = p.gq.take(piece) * stride + tile
+        point = np.concatenate((point, at, at + 1))
+        steps = np.concatenate((steps, fix.reshape(regions + 1, -1)), axis=1)
+    order = stable_order(point, len(p.per_tile) * stride)
+    point = point.take(order)
+    sums = steps.take(order, axis=1).cumsum(axis=1, dtype=np.int32)
+    # Step j's sums hold from its point to the next: complete at the last step at a point, and zero for every
+    # count past the last step of a q tile (each range opens and closes inside it), so no region meets that.
+    kind = forms.bits @ (sums[:regions, :-1] > 0)  # the bits of the regions meeting the tile: a sum of distinct bits
+    j = ((kind != 0) & (point[1:] != point[:-1])).nonzero()[0]
+    q, start = np.divmod(point.take(j), stride)
+    last = (point[1:].take(j) - 1) % stride
+    full = sums[regions].take(j) == p.per_tile.take(q)
+    return q, start, last, np.where(full, _FULL, kind.take(j)).astype(np.uint32, copy=False)
 
 
-def _union_fixes(seg, p: _Pieces, chosen, m: _Met, bq, bk):
-    """The k tiles two regions meet inside one of the `chosen` pieces, where only the union of a row's
-    intervals may cover the tile: (piece, tile, correction) with correction = covered (0 or 1) minus the
-    number of regions whose all-rows range counted the tile as covered already."""
-    shared = (m.pair_lo <= m.pair_hi) & chosen
-    flat = np.flatnonzero(shared)  # (pair, piece) as pair * P + piece
-    i, pair_lo = flat % shared.shape[1], m.pair_lo.take(flat)
-    size = m.pair_hi.take(flat) - pair_lo + 1
-    if int(size.max(initial=1)) == 1:  # one tile each (the common case: the tile where two spans meet)
-        piece, tile = i, pair_lo
-    else:
+def _union_fixes(consts, p: _Pieces, m: _Met, bq, bk):
+    """The k tiles two regions meet inside one piece, where only the union of a row's intervals may cover the
+    tile: (piece, tile, correction) with correction = covered (0 or 1) minus the number of regions whose
+    all-rows range counted the tile as covered already."""
+    flat = m.shared.ravel().nonzero()[0]  # (pair, piece) as pair * P + piece
+    piece, tile = flat % m.shared.shape[1], m.pair_lo.take(flat)
+    size = m.pair_hi.take(flat) - tile
+    if int(size.max()) > 1:  # (the common case: one tile, the one where two spans meet)
         w, off = expand(size)
-        piece, tile = i.take(w), pair_lo.take(w) + off
-    if len(shared) > 1 and (shared.sum(axis=0) > 1).any():  # a piece where several pairs overlap: each tile once
+        piece, tile = piece.take(w), tile.take(w) + off
+    if len(m.shared) > 1 and (m.shared.sum(axis=0) > 1).any():  # a piece where several pairs overlap: each tile once
         stride = int(tile.max()) + 1
         key = distinct(piece * stride + tile)
         piece, tile = key // stride, key % stride
-    alone = ((m.f0.take(piece, axis=1) <= tile) & (tile <= m.f1.take(piece, axis=1))).sum(axis=0)
-    return piece, tile, _covered_by_union(seg, p, piece, tile, bq, bk).astype(np.int64) - alone
+    f0, f1 = m.edges[1:3].take(piece, axis=2)
+    alone = np.add.reduce((f0 <= tile) & (tile < f1), axis=0, dtype=np.int64)  # (bool.sum(axis) is 2x slower)
+    return piece, tile, _covered_by_union(consts, p, piece, tile, bq, bk) - alone
 
 
-def _reach(applies, lo, hi, first):
+def _reach(usable, lo, hi, first):
     """How far [first, reach) extends through a union of intervals [lo, hi) (axis 0: the regions): each round
     follows one more interval of a chain, so after as many rounds as usable intervals all of them are."""
-    usable = applies & (lo < hi)
     reach = first
-    for _ in range(int(usable.sum(axis=0).max(initial=0))):  # a chain has at most as many links as intervals
-        reach = np.maximum(reach, np.where(usable & (lo <= reach), hi, reach).max(axis=0))
+    # A chain has at most as many links as intervals (and one round at least gives reach the rows' shape).
+    rounds = max(int(np.add.reduce(usable, axis=0, dtype=np.int8).max(initial=0)), 1)
+    lo = np.where(usable, lo, _NEVER)
+    for _ in range(rounds):
+        reach = np.maximum(reach, np.where(lo <= reach, hi, reach).max(axis=0))
     return reach
 
 
-def _covered_by_union(seg, p: _Pieces, piece, tile, bq, bk) -> np.ndarray:
+def _covered_by_union(consts, p: _Pieces, piece, tile, bq, bk) -> np.ndarray:
     """Whether every row of each piece sees every key of k tile `tile` through the union of its regions'
-    intervals. Three pseudo-rows first: the first and the last row (if either is not covered, the piece is
-    not), and the intervals every row of the piece contains, [lo(last), hi(first)) (if those cover, every
-    row does). Only pieces neither settles go row by row."""
-    ok, L, l, H, h, Hf = seg.take(p.seg.take(piece), axis=2)[..., None]
-    applies = ok != 0
-    first, end = tile[:, None] * bk, (tile[:, None] + 1) * bk
-    a, z = p.a.take(piece)[:, None], p.b.take(piece)[:, None] - 1
-    lo = np.maximum(L, np.concatenate((a, z, z), axis=1) + l)
-    hi = np.minimum(H, np.concatenate((a, z, a), axis=1) + h)
-    covered = _reach(applies, lo, hi, first) >= end
-    result = covered[:, 2] | (covered[:, 0] & covered[:, 1])
-    todo = (covered[:, 0] & covered[:, 1] & ~covered[:, 2]).nonzero()[0]
+    intervals, and the tile has no ragged slot. Three pseudo-rows first: the first and the last row (if either
+    is not covered, the piece is not), and the intervals every row of the piece contains, [lo(last), hi(first))
+    (if those cover, every row does). Only pieces neither settles go row by row. Intervals are cut at Hf
+    (H cut to the last whole k tile): they cover the same keys below it, and none past it."""
+    L, H, l, h, Hf = consts.take(piece, axis=2)[:, :, None]  # [R, 1, n]
+    first = tile * bk
+    end = first + bk
+    a, z = p.a.take(piece), p.b.take(piece) - 1
+    # [R, 3, n] (the rows last: numpy's loops run fast along a long last axis, not a short one)
+    lo = np.maximum(L, np.concatenate((a, z, z)).reshape(3, -1) + l)
+    hi = np.minimum(Hf, np.concatenate((a, z, a)).reshape(3, -1) + h)
+    covered = _reach(lo < hi, lo, hi, first) >= end
+    ends = covered[0] & covered[1]
+    result = covered[2] | ends
+    todo = (ends > covered[2]).nonzero()[0]  # (ends and not covered[2])
     if len(todo):
-        x = a[todo] + np.arange(bq)[None, :]
-        lo, hi = np.maximum(L[:, todo], x + l[:, todo]), np.minimum(H[:, todo], x + h[:, todo])
-        result[todo] = ((_reach(applies[:, todo], lo, hi, first[todo]) >= end[todo]) | (x > z[todo])).all(axis=1)
-    # No ragged slot: a covered tile ends at or before some region's H, and so its Hf (H cut to the last whole
-    # k tile) when the tile is whole, never when it is not.
-    return result & (end[:, 0] <= Hf.max(axis=0)[:, 0])
+        L, l, h, Hf = (x[:, 0, todo, None] for x in (L, l, h, Hf))  # [R, todo, 1]
+        x = a[todo, None] + np.arange(bq)  # [todo, bq]
+        lo, hi = np.maximum(L, x + l), np.minimum(Hf, x + h)
+        covered = _reach(lo < hi, lo, hi, first[todo, None]) >= end[todo, None]
+        result[todo] = (covered | (x > z[todo, None])).all(axis=1)
+    return result
