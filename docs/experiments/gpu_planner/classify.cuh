@@ -11,7 +11,15 @@
 // without a GPU) and, later, for the GPU (NVRTC, a thread per query tile).
 
 #pragma once
+#ifdef __CUDACC_RTC__  // NVRTC has no standard headers
+typedef long long int64_t;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+#define INT64_MAX 9223372036854775807LL
+#define INT64_MIN (-INT64_MAX - 1)
+#else
 #include <stdint.h>
+#endif
 
 #ifdef __CUDACC__
 #define MASKC_HD __host__ __device__
