@@ -32,11 +32,13 @@ import plan_identical  # noqa: E402
 
 from maskc.compiler import compile_file  # noqa: E402
 from maskc.plan import rows  # noqa: E402
+from maskc.plan.by_key import by_key  # noqa: E402
 from maskc.plan.layout import entries_per_sequence  # noqa: E402
 from maskc.plan.planner import _Batch, _tiling, plan  # noqa: E402
 
 
 def build() -> ctypes.CDLL:
+    """classify.cuh, descriptor.cuh and bykey.cuh through emulate.cpp, as a shared library."""
     out = Path(tempfile.mkdtemp()) / "classify.so"
     subprocess.run(["g++", "-O2", "-std=c++17", "-shared", "-fPIC", "-I", str(HERE), str(HERE / "emulate.cpp"),
                     "-o", str(out)], check=True)
@@ -103,6 +105,24 @@ def descriptor(lib, args) -> tuple[np.ndarray, ...]:
     return work_seq, work_qtile, row_ptr, k_tile[:tiles], kind[:tiles]
 
 
+def key_descriptor(lib, desc) -> tuple[np.ndarray, ...]:
+    """(work_seq, work_ktile, col_ptr, q_tile, kind, q_item) of the transpose (step 3), from the host's descriptor."""
+    qtile_base = np.ascontiguousarray(desc.blocks.tile_base("q"), dtype=np.int64)
+    ktile_base = np.ascontiguousarray(desc.blocks.tile_base("k"), dtype=np.int64)
+    item_of_qtile = np.zeros(int(qtile_base[-1]), dtype=np.int64)
+    item_of_qtile[qtile_base[desc.work_seq] + desc.work_qtile] = np.arange(len(desc.work_seq))
+    keys, tiles = int(ktile_base[-1]), len(desc.k_tile)
+    work_seq, work_ktile, col_ptr = (np.zeros(n, dtype=np.int32) for n in (keys, keys, keys + 1))
+    q_tile, q_item = np.zeros(tiles, dtype=np.int32), np.zeros(tiles, dtype=np.int32)
+    kind = np.zeros(tiles, dtype=np.uint32)
+    row_ptr, k_tile = (np.ascontiguousarray(a, dtype=np.int32) for a in (desc.row_ptr, desc.k_tile))
+    kinds = np.ascontiguousarray(desc.kind, dtype=np.uint32)
+    lib.by_key_all(_ptr(row_ptr), _ptr(k_tile), _ptr(kinds), _ptr(item_of_qtile), _ptr(qtile_base), _ptr(ktile_base),
+                   ctypes.c_int64(len(qtile_base) - 1), _ptr(work_seq), _ptr(work_ktile), _ptr(col_ptr), _ptr(q_tile),
+                   _ptr(kind), _ptr(q_item))
+    return work_seq, work_ktile, col_ptr, q_tile, kind, q_item
+
+
 def host(desc) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """{global q tile: (k tiles, kinds)} from the host planner's descriptor."""
     qtile_base = desc.blocks.tile_base("q")
@@ -132,6 +152,12 @@ def cases(args):
                 yield f"{name}/{count}/{i}", example, {}, 1, None, sequences, {}  # options 1: sm_90a
 
 
+def differing(mine, theirs, fields) -> list[str]:
+    """The fields whose arrays differ in dtype or values."""
+    return [f for f, a in zip(fields, mine)
+            if not (a.dtype == getattr(theirs, f).dtype and np.array_equal(a, getattr(theirs, f)))]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--random", type=int, default=4)
@@ -142,7 +168,7 @@ def main() -> None:
     plan_identical.OPTIONS = plan_identical._options()
     lib = build()
     compiled_cache: dict = {}
-    checked = skipped = failed = 0
+    planned = checked = failed = 0
     seconds = []
     for case_id, name, consts, o, config, sequences, extra in cases(args):
         if extra:  # (the search and the refinement budget: not the fast path's business)
@@ -161,28 +187,31 @@ def main() -> None:
             desc = plan(compiled.program, layouts, values, config)
         except Exception:  # refused values: the host refuses them before any planning on the GPU
             continue
+        planned += 1
+        # The transpose serves every descriptor, whichever path planned it.
+        wrong = [f"key descriptor's {f}" for f in differing(key_descriptor(lib, desc), by_key(desc),
+                                                            ("work_seq", "work_ktile", "col_ptr", "q_tile", "kind",
+                                                             "q_item"))]
         given = inputs(compiled, layouts, values, config)
-        if given is None:
-            skipped += 1
-            continue
-        start = time.perf_counter()
-        whole = descriptor(lib, given)
-        seconds.append(time.perf_counter() - start)
-        fields = ("work_seq", "work_qtile", "row_ptr", "k_tile", "kind")
-        wrong = [f for f, a in zip(fields, whole) if not (a.dtype == getattr(desc, f).dtype
-                                                          and np.array_equal(a, getattr(desc, f)))]
+        if given is not None:
+            checked += 1
+            start = time.perf_counter()
+            whole = descriptor(lib, given)
+            seconds.append(time.perf_counter() - start)
+            wrong += [f"descriptor's {f}" for f in differing(whole, desc, ("work_seq", "work_qtile", "row_ptr",
+                                                                            "k_tile", "kind"))]
+            mine, theirs = classify(lib, given), host(desc)
+            bad = [g for g in mine if not (np.array_equal(mine[g][0], theirs.get(g, (np.zeros(0),))[0])
+                                           and np.array_equal(mine[g][1], theirs.get(g, (None, np.zeros(0)))[1]))]
+            if bad:
+                g = bad[0]
+                wrong.append(f"{len(bad)} q tiles' classes (q tile {g}: classifier {list(zip(*mine[g]))[:8]}, "
+                             f"host {list(zip(*theirs.get(g, ([], []))))[:8]})")
         if wrong:
-            print(f"{case_id}: the descriptor's {', '.join(wrong)} differ")
-        mine, theirs = classify(lib, given), host(desc)
-        bad = [g for g in mine if not (np.array_equal(mine[g][0], theirs.get(g, (np.zeros(0),))[0])
-                                       and np.array_equal(mine[g][1], theirs.get(g, (None, np.zeros(0)))[1]))]
-        checked += 1
-        failed += bool(bad or wrong)
-        if bad:
-            g = bad[0]
-            print(f"{case_id}: {len(bad)} q tiles differ; q tile {g}: classifier {list(zip(*mine[g]))[:12]} "
-                  f"host {list(zip(*theirs.get(g, ([], []))))[:12]}")
-    print(f"{checked} plans checked, {failed} differ, {skipped} not on the fast path")
+            failed += 1
+            print(f"{case_id}: {'; '.join(wrong)} differ")
+    print(f"{planned} plans: {checked} on the fast path, classified and ordered; every one transposed; "
+          f"{failed} differ")
     if args.time and seconds:
         print(f"emulation: median {1e3 * statistics.median(seconds):.2f} ms per descriptor (CPU loops)")
     sys.exit(1 if failed else 0)

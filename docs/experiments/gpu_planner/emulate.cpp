@@ -84,3 +84,28 @@ extern "C" int64_t plan_all(const int64_t* consts, const int64_t* seg_start, con
     }
     return row_ptr[items];
 }
+
+#include "bykey.cuh"
+
+// The key descriptor from a forward descriptor, pass by pass (each loop: one thread per key tile). work_seq,
+// work_ktile (keys), col_ptr (keys + 1), q_tile, kind and q_item (the forward's tiles) are the caller's.
+extern "C" void by_key_all(const int32_t* row_ptr, const int32_t* k_tile, const uint32_t* kind,
+                           const int64_t* item_of_qtile, const int64_t* qtile_base, const int64_t* ktile_base,
+                           int64_t sequences, int32_t* work_seq, int32_t* work_ktile, int32_t* col_ptr,
+                           int32_t* q_tile, uint32_t* q_kind, int32_t* q_item) {
+    using namespace maskc_plan;
+    const Forward f{row_ptr, k_tile, kind, item_of_qtile, qtile_base, ktile_base, sequences};
+    const int64_t keys = ktile_base[sequences];
+    std::vector<int64_t> count(keys), place(keys);
+    for (int64_t key = 0; key < keys; ++key) count[key] = count_key(f, key);
+    for (int64_t key = 0; key < keys; ++key) place[key] = place_key(key, keys, count.data());
+    std::vector<int64_t> at_place(keys);
+    for (int64_t key = 0; key < keys; ++key) at_place[place[key]] = count[key];
+    col_ptr[0] = 0;
+    for (int64_t p = 0; p < keys; ++p) col_ptr[p + 1] = col_ptr[p] + (int32_t)at_place[p];  // a scan
+    for (int64_t key = 0; key < keys; ++key) {
+        const KeyItem item = write_key(f, key, place[key], col_ptr, q_tile, q_kind, q_item);
+        work_seq[place[key]] = item.seq;
+        work_ktile[place[key]] = item.ktile;
+    }
+}

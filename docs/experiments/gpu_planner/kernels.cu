@@ -6,7 +6,9 @@
 // Buffers (the host sizes them from the lengths alone): per query tile g, a slot of `room` key tiles (the most
 // key tiles of a sequence); per item, its sequence, counts, first and last tile, keys, group; per sequence, the
 // query tile base and group base; one word `state` with, in order, none (one past the last key tile visited,
-// set by atomicMax), the number of groups, and the head-major run [first, last) of the forward.
+// set by atomicMax), the number of groups, the head-major run [first, last) of the forward, and the backward's
+// long items of the query and the key descriptors (by_key.long_items).
+#include "bykey.cuh"
 #include "descriptor.cuh"
 
 using namespace maskc_plan;
@@ -20,10 +22,21 @@ struct Plan {
         *rank, *visit;
     int64_t* tiles;
     uint32_t* kinds;
-    unsigned long long* state;  // none, groups, run first, run last
+    unsigned long long* state;  // none, groups, run first, run last, long query items, long key items
     int32_t *work_seq, *work_qtile, *row_ptr, *k_tile;
     uint32_t* kind;
+    // The key descriptor (by_key): per global key tile its count and place; the items (sequence, key tile)
+    // side by side as the dK/dV kernel reads them, col_ptr, and per listed tile its query tile, kind, item.
+    const int64_t* ktile_base;  // [sequences + 1]
+    int64_t keys, multiprocessors;
+    int64_t *item_of_qtile, *key_count, *key_place;
+    int32_t *key_work, *col_ptr, *q_tile, *q_item;
+    uint32_t* q_kind;
 };
+
+__device__ Forward forward_of(const Plan& p) {
+    return {p.row_ptr, p.k_tile, p.kind, p.item_of_qtile, p.qtile_base, p.ktile_base, p.sequences};
+}
 
 __device__ int64_t sequence_of(const Plan& p, int64_t g) {  // the last sequence whose first query tile <= g
     int64_t lo = 0, hi = p.sequences - 1;
@@ -134,8 +147,53 @@ extern "C" __global__ void plan_write(const Plan* plan) {
     const int64_t g = p.visit[w];
     p.work_seq[w] = (int32_t)p.seq[g];
     p.work_qtile[w] = (int32_t)(g - p.qtile_base[p.seq[g]]);
+    p.item_of_qtile[g] = w;
     for (int64_t i = 0, at = p.row_ptr[w]; i < p.counts[g]; ++i) {
         p.k_tile[at + i] = (int32_t)p.tiles[g * p.room + i];
         p.kind[at + i] = p.kinds[g * p.room + i];
     }
+}
+
+extern "C" __global__ void plan_key_count(const Plan* plan) {
+    const Plan& p = *plan;
+    const int64_t key = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (key >= p.keys) return;
+    p.key_count[key] = count_key(forward_of(p), key);
+}
+
+extern "C" __global__ void plan_key_place(const Plan* plan) {
+    const Plan& p = *plan;
+    const int64_t key = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (key >= p.keys) return;
+    const int64_t place = place_key(key, p.keys, p.key_count);
+    p.key_place[key] = place;
+    p.col_ptr[place + 1] = (int32_t)p.key_count[key];  // (made a running sum by plan_col_ptr)
+}
+
+// The first item of a CSR that is not long (by_key.long_items): items with more tiles than LONG_ITEM_SHARES (2)
+// times one head's work spread over the multiprocessors.
+__device__ int64_t long_items(const int32_t* ptr, int64_t items, int64_t multiprocessors) {
+    for (int64_t w = 0; w < items; ++w)
+        if ((int64_t)(ptr[w + 1] - ptr[w]) * multiprocessors <= 2 * (int64_t)ptr[items]) return w;
+    return items;
+}
+
+// One thread: col_ptr's running sum, and both descriptors' long items.
+extern "C" __global__ void plan_col_ptr(const Plan* plan) {
+    const Plan& p = *plan;
+    if (blockIdx.x * blockDim.x + threadIdx.x != 0) return;
+    p.col_ptr[0] = 0;
+    for (int64_t i = 0; i < p.keys; ++i) p.col_ptr[i + 1] += p.col_ptr[i];
+    p.state[4] = long_items(p.row_ptr, p.items, p.multiprocessors);
+    p.state[5] = long_items(p.col_ptr, p.keys, p.multiprocessors);
+}
+
+extern "C" __global__ void plan_key_write(const Plan* plan) {
+    const Plan& p = *plan;
+    const int64_t key = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (key >= p.keys) return;
+    const int64_t place = p.key_place[key];
+    const KeyItem item = write_key(forward_of(p), key, place, p.col_ptr, p.q_tile, p.q_kind, p.q_item);
+    p.key_work[2 * place] = item.seq;
+    p.key_work[2 * place + 1] = item.ktile;
 }
