@@ -181,6 +181,11 @@ def dump(path: str, seed: int, randoms: int, bind_at_once: int | None = None) ->
         import maskc.compiler
         maskc.compiler.BIND_AT_ONCE = bind_at_once
 
+    try:  # the C++ planner where this tree has one and it builds: it plans every case it can, from the first
+        from maskc.plan import native
+        native.library(wait=True)
+    except ImportError:
+        pass
     OPTIONS = _options()
     compiled_cache: dict = {}
     results = {"maskc": maskc.__file__}

@@ -19,3 +19,8 @@ settings.register_profile("ci", derandomize=True, database=None, deadline=None, 
 def pytest_configure(config):
     if os.environ.get("CI") and not config.getoption("--hypothesis-profile", None):
         settings.load_profile("ci")
+    # The C++ planner (maskc.plan.native) ready before the first test, where a compiler builds it: every plan of
+    # the run then takes the same path (tests that need the numpy planner set MASKC_NATIVE=0).
+    from maskc.plan import native
+
+    native.library(wait=True)

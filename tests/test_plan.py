@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import sys
 import time
 import tracemalloc
 from functools import lru_cache
 from pathlib import Path
+from unittest import mock
 
 import bounded
 import host_mask
@@ -199,14 +201,19 @@ def takes_fast_path(compiled) -> bool:
 
 
 def check_fast_path(compiled, values, layouts, config, masks=None, note=""):
-    """With the fast paths (rows.py, factors.py) and without, exact (no refinement budget): the same descriptor
-    byte for byte, and exact against brute force (`masks`: given, computed, or False to skip)."""
-    fast = plan(compiled.program, layouts, values, config, refine_budget=UNLIMITED)
+    """With the fast paths (rows.py, factors.py; and the C++ planner, plan/native.py, where it is built) and
+    without, exact (no refinement budget): the same descriptor byte for byte, and exact against brute force
+    (`masks`: given, computed, or False to skip)."""
     general = plan(compiled.program, layouts, values, config, refine_budget=UNLIMITED, fast=False)
-    assert fast.stats.fast_path == takes_fast_path(compiled) and not general.stats.fast_path
-    for name in DESCRIPTOR_ARRAYS:
-        a, b = getattr(fast, name), getattr(general, name)
-        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), f"{name} differs from the general search{note}"
+    assert not general.stats.fast_path
+    for planner_name, setting in (("the C++ planner", "1"), ("numpy", "0")):
+        with mock.patch.dict(os.environ, {"MASKC_NATIVE": setting}):
+            fast = plan(compiled.program, layouts, values, config, refine_budget=UNLIMITED)
+        assert fast.stats.fast_path == takes_fast_path(compiled)
+        for name in DESCRIPTOR_ARRAYS:
+            a, b = getattr(fast, name), getattr(general, name)
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), \
+                f"{name} differs from the general search ({planner_name}){note}"
     if masks is not False:
         check_descriptor(compiled.program, fast, layouts, values, masks)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from maskc.plan import native
 from maskc.plan.arrays import stable_order
 from maskc.plan.planner import Descriptor
 
@@ -45,7 +46,12 @@ LONG_ITEM_SHARES = 2
 def by_key(desc: Descriptor) -> KeyDescriptor:
     """The transpose of `desc`. Its arrays have a tile's entry each (65,536 for full attention at 32K), and its
     time was half page faults: glibc gave the freed temporaries back to the OS and faulted them in again at the
-    next call. So they are few, 32-bit where the values allow, and computed in place where they can be."""
+    next call. So they are few, 32-bit where the values allow, and computed in place where they can be. The C++
+    planner (plan/native.py), where it is built, makes the same arrays in a pass over the tiles."""
+    lib = native.library()
+    made = native.key_descriptor(lib, desc) if lib is not None else None
+    if made is not None:
+        return KeyDescriptor(*made)
     k_base = desc.blocks.tile_base("k")  # global key tile of tile 0 per sequence
     per_item = desc.row_ptr[1:] - desc.row_ptr[:-1]  # (np.diff: 3x the cost)
     item = np.arange(len(per_item), dtype=np.int32).repeat(per_item)

@@ -47,7 +47,8 @@ from maskc.plan.layout import (
     segment_codes,
 )
 from maskc.plan.factors import factored_forms, search_by_factors
-from maskc.plan.rows import plan_ranges
+from maskc.plan import native
+from maskc.plan.rows import plan_ranges, row_forms, segment_constants
 from maskc.plan.tiling import (
     BlockTable,
     TileConfig,
@@ -632,11 +633,39 @@ def plan(program: ir.Program, layouts: list[ConcreteLayout], values: list[Sequen
         empty = np.zeros(0, np.int64)
         ranges = (empty, empty, empty, np.zeros(0, np.uint32))
     else:
+        if fast and (desc := _native_descriptor(program, batch, tiling, config, stats, start)) is not None:
+            return desc
         ranges = plan_ranges(program, batch, tiling) if fast else None
     stats.fast_path = ranges is not None
     if ranges is None:
         ranges = _search(program, batch, tiling, config, refine_budget, qtile_base, stats, fast)
     return _descriptor(config, bt, qtile_base, *ranges, stats, start)
+
+
+def _native_descriptor(program: ir.Program, batch: _Batch, tiling: Tiling, config: TileConfig, stats: PlanStats,
+                       start: float) -> Descriptor | None:
+    """The fast path's descriptor from the C++ planner (plan/native.py), or None where it is not built (yet) or
+    the fast path does not apply (then rows.py and the search plan, as without it)."""
+    lib = native.library()
+    forms = row_forms(program) if lib is not None else None
+    if forms is None or not batch.blocks.runs_only:
+        return None
+    consts = segment_constants(forms, batch, tiling.block_k)
+    made = None if consts is None else native.descriptor(lib, consts, batch, forms.bits, tiling.block_q,
+                                                         tiling.block_k)
+    if made is None:
+        return None
+    work_seq, work_qtile, row_ptr, k_tile, kind, full = made
+    visited = len(k_tile)
+    nbytes = _descriptor_bytes(len(work_seq), visited)
+    if nbytes > MAX_DESCRIPTOR_BYTES:
+        raise PlanError(f"the descriptor would list {visited:,} tiles ({nbytes / 2**30:.1f} GiB), "
+                        "more than the 1 GiB limit; use fewer or shorter sequences")
+    stats.fast_path = True
+    stats.tiles_full, stats.tiles_partial = full, visited - full
+    desc = Descriptor(config, batch.blocks, work_seq, work_qtile, row_ptr, k_tile, kind, stats)
+    stats.seconds = time.perf_counter() - start
+    return desc
 
 
 @per_object

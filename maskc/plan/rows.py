@@ -149,7 +149,7 @@ def _row_form(program: ir.Program, region: ir.Region) -> RowForm | None:
     if lo is None or hi is None:
         return None
     k = [program.segment_index(s) for s in region.k.segments]
-    # The k side's bounds are applied anyway (_segment_constants): the pass's own copies need no evaluating.
+    # The k side's bounds are applied anyway (segment_constants): the pass's own copies need no evaluating.
     first, last = ir.SegmentBound(region.k.segments[0], False), ir.SegmentBound(region.k.segments[-1], True)
     lo = _Bound(tuple(e for e in lo.constants if e != first), lo.slopes)
     hi = _Bound(tuple(e for e in hi.constants if e != last), hi.slopes)
@@ -241,7 +241,7 @@ def _sharing_rows(forms: list[RowForm]) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _segment_constants(forms: RowForms, batch, bk: int) -> np.ndarray | None:
+def segment_constants(forms: RowForms, batch, bk: int) -> np.ndarray | None:
     """int64 [5, R, C] over the concrete segments of the whole batch: L, H, l, h, Hf, with L, l, H, h as in the
     module docstring (the k side's own span folded into L and H, so intervals never leave it) and Hf = H cut
     to the last k tile without a ragged slot. Where the region does not apply to the segment's rows, or no
@@ -357,7 +357,7 @@ def plan_ranges(program: ir.Program, batch, tiling) -> tuple | None:
     if forms is None or not batch.blocks.runs_only:
         return None
     bq, bk = tiling.block_q, tiling.block_k
-    seg = _segment_constants(forms, batch, bk)
+    seg = segment_constants(forms, batch, bk)
     if seg is None:
         return None
     p = _pieces(batch, batch.bounds[:, -1], bq)

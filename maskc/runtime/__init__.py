@@ -21,6 +21,7 @@ import numpy as np
 from maskc.compiler import CompiledMask, frozen_values
 from maskc.diagnostics import Span, ValueProblem, value_problem
 from maskc.memo import per_object
+from maskc.plan import native
 from maskc.plan.by_key import KeyTables, long_items
 from maskc.plan.layout_batch import ValueColumns
 from maskc.runtime.launch import Kernel, LaunchCache, PreparedLaunch, cupy_stream, current_stream_handle, current_stream_of
@@ -143,6 +144,7 @@ class Attention:
         self.compiled = compiled
         self.handle = autograd.handle_of(self)  # how torch's custom ops name this mask (maskc.runtime.autograd)
         autograd.register()
+        native.start()  # the C++ planner for calls with new runtime values, built or loaded in the background
         # Launches prepared for recent call signatures (tensors, values, options): a repeated call skips
         # every check, the planning and the argument packing (see _call_key).
         self._launches = LaunchCache()

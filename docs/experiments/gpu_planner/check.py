@@ -1,13 +1,13 @@
-"""Checks the per-query-tile classifier (classify.cuh, the first step of planning on the GPU) against the host
-planner, without a GPU: classify.cuh is built with g++ into a shared library (emulate.cpp runs its thread per
-query tile as a loop) and, for every case of bench/plan_identical.py that takes the row-interval fast path (every
+"""Checks the GPU's form of the planner (maskc/plan/native's tiles.h, order.h, transpose.h in their per-thread
+passes) against the numpy planner, without a GPU: emulate.cpp runs each pass's threads as a loop, built with g++
+into a shared library and, for every case of bench/plan_identical.py that takes the row-interval fast path (every
 example's defaults and random ragged batches, the kernel families' tile shapes and the tests'), each query tile's
 visited key tiles and kinds must be the descriptor's exactly.
 
     python docs/experiments/gpu_planner/check.py [--random R] [--seed S] [--time] [--packed]
 
 The inputs it hands the classifier are what the host keeps making in the GPU design: the layouts (bind) and each
-region's constants per concrete segment (rows._segment_constants). --time also times the emulation per plan (a
+region's constants per concrete segment (rows.segment_constants). --time also times the emulation per plan (a
 CPU loop: no prediction of the GPU's time).
 """
 
@@ -26,6 +26,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
+NATIVE = ROOT / "maskc" / "plan" / "native"  # tiles.h, order.h, transpose.h: the logic, shared with the host planner
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import plan_identical  # noqa: E402
@@ -38,9 +39,9 @@ from maskc.plan.planner import _Batch, _tiling, plan  # noqa: E402
 
 
 def build() -> ctypes.CDLL:
-    """classify.cuh, descriptor.cuh and bykey.cuh through emulate.cpp, as a shared library."""
+    """The passes through emulate.cpp, as a shared library."""
     out = Path(tempfile.mkdtemp()) / "classify.so"
-    subprocess.run(["g++", "-O2", "-std=c++17", "-shared", "-fPIC", "-I", str(HERE), str(HERE / "emulate.cpp"),
+    subprocess.run(["g++", "-O2", "-std=c++17", "-shared", "-fPIC", "-I", str(NATIVE), str(HERE / "emulate.cpp"),
                     "-o", str(out)], check=True)
     lib = ctypes.CDLL(str(out))
     lib.classify_all.restype = lib.plan_all.restype = ctypes.c_int64
@@ -59,7 +60,7 @@ def inputs(compiled, layouts, values, config) -> tuple | None:
     batch = _Batch.of(layouts, values, tiling)
     if forms is None or not batch.blocks.runs_only:
         return None
-    consts = rows._segment_constants(forms, batch, tiling.block_k)
+    consts = rows.segment_constants(forms, batch, tiling.block_k)
     if consts is None:
         return None
     consts = np.ascontiguousarray(consts, dtype=np.int64)

@@ -1,5 +1,7 @@
 // The classifier run on the CPU: the GPU's thread per query tile as a loop (check.py builds this with g++).
-#include "classify.cuh"
+#include <vector>
+
+#include "tiles.h"
 
 extern "C" int64_t classify_all(const int64_t* consts, const int64_t* seg_start, const int64_t* seg_length,
                                 const int64_t* entry_ptr, const int64_t* seq_length, const uint32_t* bits,
@@ -8,18 +10,19 @@ extern "C" int64_t classify_all(const int64_t* consts, const int64_t* seg_start,
     // Query tiles in order, sequence by sequence; tile g's tiles at its slot k_tile[g * room ...] where room is
     // the most key tiles of any sequence. Returns that room.
     const maskc_plan::Inputs in{consts, seg_start, seg_length, entry_ptr, seq_length, bits, segments, regions, bq, bk};
+    std::vector<maskc_plan::Piece> pieces(bq);
+    std::vector<maskc_plan::Span> spans(bq * regions);
     int64_t room = 0;
     for (int64_t s = 0; s < sequences; ++s) room = maskc_plan::max64(room, (seq_length[s] + bk - 1) / bk);
     int64_t g = 0;
     for (int64_t s = 0; s < sequences; ++s)
         for (int64_t t = 0; t * bq < seq_length[s]; ++t, ++g)
-            counts[g] = maskc_plan::classify_query_tile(in, s, t, k_tile + g * room, kind + g * room);
+            counts[g] = maskc_plan::classify_query_tile(in, s, t, pieces.data(), spans.data(), k_tile + g * room,
+                                                        kind + g * room);
     return room;
 }
 
-#include <vector>
-
-#include "descriptor.cuh"
+#include "order.h"
 
 // The whole descriptor, pass by pass as the GPU would run them (each loop: one thread per index). Returns the
 // number of tiles listed; work_seq, work_qtile (items), row_ptr (items + 1), k_tile and kind (room for every
@@ -39,10 +42,13 @@ extern "C" int64_t plan_all(const int64_t* consts, const int64_t* seg_start, con
     std::vector<int64_t> tiles(items * room);
     std::vector<uint32_t> kinds(items * room);
     const Inputs in{consts, seg_start, seg_length, entry_ptr, seq_length, bits, segments, regions, bq, bk};
+    std::vector<Piece> pieces(bq);
+    std::vector<Span> spans(bq * regions);
     for (int64_t s = 0; s < sequences; ++s)  // classify: a thread per query tile
         for (int64_t g = qtile_base[s]; g < qtile_base[s + 1]; ++g) {
             seq[g] = s;
-            counts[g] = classify_query_tile(in, s, g - qtile_base[s], &tiles[g * room], &kinds[g * room]);
+            counts[g] = classify_query_tile(in, s, g - qtile_base[s], pieces.data(), spans.data(), &tiles[g * room],
+                                            &kinds[g * room]);
         }
     std::vector<int64_t> first(items), last(items);
     int64_t none = 0;  // a reduction
@@ -85,7 +91,7 @@ extern "C" int64_t plan_all(const int64_t* consts, const int64_t* seg_start, con
     return row_ptr[items];
 }
 
-#include "bykey.cuh"
+#include "transpose.h"
 
 // The key descriptor from a forward descriptor, pass by pass (each loop: one thread per key tile). work_seq,
 // work_ktile (keys), col_ptr (keys + 1), q_tile, kind and q_item (the forward's tiles) are the caller's.

@@ -43,9 +43,10 @@ class Inputs(ctypes.Structure):  # classify.cuh's Inputs (x86-64 and CUDA lay th
 
 
 WORK = ("seq", "counts", "first", "last", "key_first", "key_last", "by_keys", "group", "group_base", "longest", "rank",
-        "visit", "tiles", "kinds", "state")
+        "visit", "tiles", "kinds", "pieces", "spans", "state")
 OUT = ("work_seq", "work_qtile", "row_ptr", "k_tile", "kind")
 KEY_WORK = ("item_of_qtile", "key_count", "key_place")
+PIECE_BYTES, SPAN_BYTES = 24, 40  # sizeof(Piece), sizeof(Span) in tiles.h: each query tile's scratch
 KEY_OUT = ("key_work", "col_ptr", "q_tile", "q_item", "q_kind")
 
 
@@ -69,7 +70,7 @@ class Gpu:
 
         self.cupy = cupy
         mod = cupy.RawModule(code=(HERE / "kernels.cu").read_text(), backend="nvrtc",
-                             options=("-std=c++17", f"--include-path={HERE}"))
+                             options=("-std=c++17", f"--include-path={check.NATIVE}"))
         self.kernels = {name: mod.get_function(name) for name, _ in PASSES}
         self.multiprocessors = cupy.cuda.Device().attributes["MultiProcessorCount"]
 
@@ -97,7 +98,7 @@ class Cpu:
 
     def __init__(self):
         out = Path(tempfile.mkdtemp()) / "kernels.so"
-        subprocess.run(["g++", "-O2", "-std=c++17", "-shared", "-fPIC", "-I", str(HERE),
+        subprocess.run(["g++", "-O2", "-std=c++17", "-shared", "-fPIC", "-I", str(HERE), "-I", str(check.NATIVE),
                         str(HERE / "emulate_kernels.cpp"), "-o", str(out)], check=True)
         self.lib = ctypes.CDLL(str(out))
 
@@ -138,6 +139,8 @@ def run(xp, given, keep: list) -> dict:
     bufs = {name: xp.zeros(n, dtype=np.int64) for name in WORK}
     bufs.update(group_base=xp.zeros(sequences + 1, dtype=np.int64), tiles=xp.zeros(slots, dtype=np.int64),
                 kinds=xp.zeros(slots, dtype=np.uint32), state=xp.zeros(6, dtype=np.uint64),
+                pieces=xp.zeros(n * bq * PIECE_BYTES, dtype=np.uint8),
+                spans=xp.zeros(n * bq * len(bits) * SPAN_BYTES, dtype=np.uint8),
                 work_seq=xp.zeros(n, dtype=np.int32), work_qtile=xp.zeros(n, dtype=np.int32),
                 row_ptr=xp.zeros(items + 1, dtype=np.int32), k_tile=xp.zeros(slots, np.int32),
                 kind=xp.zeros(slots, np.uint32), item_of_qtile=xp.zeros(n, dtype=np.int64),

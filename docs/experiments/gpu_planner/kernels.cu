@@ -1,5 +1,5 @@
-// The GPU planner's passes as kernels (an experiment; see classify.cuh and descriptor.cuh, which hold the logic
-// and are checked on the CPU by check.py): each kernel runs one function of one index per thread, and the host
+// The GPU planner's passes as kernels (an experiment; maskc/plan/native's tiles.h, order.h and transpose.h hold
+// the logic, which check.py checks on the CPU): each kernel runs one function of one index per thread, and the host
 // launches them in order on one stream, with nothing read back. gpu_check.py builds this with NVRTC (through
 // CuPy) and compares the result with the host planner.
 //
@@ -8,8 +8,8 @@
 // query tile base and group base; one word `state` with, in order, none (one past the last key tile visited,
 // set by atomicMax), the number of groups, the head-major run [first, last) of the forward, and the backward's
 // long items of the query and the key descriptors (by_key.long_items).
-#include "bykey.cuh"
-#include "descriptor.cuh"
+#include "order.h"
+#include "transpose.h"
 
 using namespace maskc_plan;
 
@@ -22,6 +22,8 @@ struct Plan {
         *rank, *visit;
     int64_t* tiles;
     uint32_t* kinds;
+    Piece* pieces;  // scratch: bq per query tile
+    Span* spans;    // scratch: bq x regions per query tile
     unsigned long long* state;  // none, groups, run first, run last, long query items, long key items
     int32_t *work_seq, *work_qtile, *row_ptr, *k_tile;
     uint32_t* kind;
@@ -52,7 +54,9 @@ extern "C" __global__ void plan_classify(const Plan* plan) {
     const int64_t g = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (g >= p.items) return;
     const int64_t s = sequence_of(p, g);
-    const int64_t count = classify_query_tile(p.in, s, g - p.qtile_base[s], p.tiles + g * p.room, p.kinds + g * p.room);
+    const int64_t count = classify_query_tile(p.in, s, g - p.qtile_base[s], p.pieces + g * p.in.bq,
+                                              p.spans + g * p.in.bq * p.in.regions, p.tiles + g * p.room,
+                                              p.kinds + g * p.room);
     p.seq[g] = s;
     p.counts[g] = count;
     p.first[g] = count ? p.tiles[g * p.room] : 0;

@@ -5,7 +5,9 @@ worktree of another commit, to compare); no GPU needed.
 
     python docs/experiments/s27/plan_stages.py ROOT [document,rm_shared,hstu_jagged] [COUNT]
 """
-import sys, time, statistics, os
+import statistics
+import sys
+import time
 root = sys.argv[1]
 sys.path[:0] = [root + '/bench', root]
 import numpy as np
@@ -18,6 +20,11 @@ out = []
 for w in ws:
     attn = maskc.load(f"{root}/examples/{'causal' if w=='document' else w}.mask", arch="sm_90a", head_dim=128, dtype="fp16")
     c = attn.compiled
+    try:  # the C++ planner where the tree has one (built, or loaded from the cache)
+        from maskc.plan import native
+        native.library(wait=True)
+    except ImportError:
+        pass
     rng = np.random.default_rng(5)
     T = {k: [] for k in ('seqs', 'bind', 'plan', 'ktab', 'bykey')}
     for i in range(150):

@@ -1,14 +1,11 @@
-// The interval masks' tile classes, one query tile at a time: step 1 of planning new runtime values on the GPU
-// (docs/hopper.md, "the interval masks' plan made on the GPU"). An experiment, not on maskc's call path yet.
+// The interval masks' tile classes, one query tile at a time: what plan/rows.py computes for a whole batch with
+// numpy, in C++ that builds for the host (plan/native.py: a C++ compiler, when one is found) and for the GPU
+// (NVRTC; docs/experiments/gpu_planner), with the same results, byte for byte.
 //
-// The host planner's fast path (maskc/plan/rows.py) works on ranges of key tiles, vectorised over the whole
-// batch with numpy, and merges them with a sort where a query tile has several pieces or two regions meet one
-// key tile. On the GPU each query tile is independent: a thread (later a warp, its lanes over key tiles) cuts
-// the tile into pieces, finds each region's ranges on each piece in the same closed forms, and classifies its
-// key tiles one by one, which needs no sort. The classes must be the host planner's exactly.
-//
-// Written so that the same source builds for the CPU (g++, the functions called in a loop: how it is tested
-// without a GPU) and, later, for the GPU (NVRTC, a thread per query tile).
+// rows.py works on ranges of key tiles vectorised over the batch, and merges them with a sort where a query tile
+// has several pieces or two regions meet one key tile. Here each query tile is on its own: it is cut into pieces
+// (runs of rows of one concrete segment), each region's ranges on each piece come from the same closed forms,
+// and its key tiles are classified one by one, which needs no sort. See rows.py's docstring for the forms.
 
 #pragma once
 #ifdef __CUDACC_RTC__  // NVRTC has no standard headers
@@ -32,10 +29,10 @@ namespace maskc_plan {
 constexpr uint32_t kFull = 0;  // TileKind.FULL (a partial tile's kind is its regions' bits, never 0)
 constexpr int kMaxRegions = 8;  // rows.MAX_REGIONS
 
-// Everything the classifier reads, uploaded once per plan. Per concrete segment c (every sequence's segments end
-// to end, in order): its start in its sequence and its length, and per region r its constants
-// consts[(row * R + r) * C + c] with row 0..4 = L, H, l, h, Hf (rows._segment_constants: L = +BIG, H = -BIG
-// where the region does not apply). Per sequence s: its length and its segments [entry_ptr[s], entry_ptr[s+1]).
+// What the classifier reads. Per concrete segment c (every sequence's segments end to end, in order): its start
+// in its sequence and its length, and per region r its constants consts[(row * R + r) * C + c] with rows
+// L, H, l, h, Hf (rows.segment_constants: L = +BIG, H = -BIG where the region does not apply). Per sequence s:
+// its length and its segments [entry_ptr[s], entry_ptr[s + 1]).
 struct Inputs {
     const int64_t* consts;
     const int64_t* seg_start;
@@ -49,18 +46,11 @@ struct Inputs {
 };
 
 MASKC_HD inline int64_t floordiv(int64_t a, int64_t b) {  // b > 0
-    int64_t q = a / b;
+    const int64_t q = a / b;
     return q - ((a % b != 0) && (a < 0));
 }
 MASKC_HD inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 MASKC_HD inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-// One region on one piece (rows [a, b) of one concrete segment): the key tiles it meets, m0 .. m1 - 1, and
-// those it covers for every row, f0 .. f1 - 1 (f0 = f1 where none), as rows.plan_ranges computes them.
-struct Span {
-    bool met;
-    int64_t m0, m1, f0, f1;
-};
 
 struct Constants {
     int64_t L, H, l, h, Hf;
@@ -71,6 +61,18 @@ MASKC_HD inline Constants constants_of(const Inputs& in, int r, int64_t c) {
     return {in.consts[(0 * R + r) * C + c], in.consts[(1 * R + r) * C + c], in.consts[(2 * R + r) * C + c],
             in.consts[(3 * R + r) * C + c], in.consts[(4 * R + r) * C + c]};
 }
+
+// Rows [a, b) of concrete segment c.
+struct Piece {
+    int64_t c, a, b;
+};
+
+// One region on one piece: the key tiles it meets, m0 .. m1 - 1, and those it covers for every row, f0 .. f1 - 1
+// (f0 = f1 where none), as rows.plan_ranges computes them.
+struct Span {
+    bool met;
+    int64_t m0, m1, f0, f1;
+};
 
 MASKC_HD inline Span span_of(const Constants& k, int64_t a, int64_t b, int64_t bk) {
     const int64_t xa = max64(a, k.L - k.h + 1), xb = min64(b, k.H - k.l);  // rows with keys: xa .. xb - 1
@@ -84,7 +86,7 @@ MASKC_HD inline Span span_of(const Constants& k, int64_t a, int64_t b, int64_t b
     return s;
 }
 
-// How far [first, reach) extends through the union of the regions' intervals of one row, [lo_r, hi_r).
+// How far [first, reach) extends through the union of one row's intervals [lo_r, hi_r).
 MASKC_HD inline int64_t reach_of(const int64_t* lo, const int64_t* hi, int regions, int64_t first) {
     int64_t reach = first;
     for (int round = 0; round < regions; ++round) {  // a chain has at most as many links as intervals
@@ -97,13 +99,13 @@ MASKC_HD inline int64_t reach_of(const int64_t* lo, const int64_t* hi, int regio
     return reach;
 }
 
-// Whether every row of the piece [a, b) of segment c sees every key of key tile t through the union of its
-// regions' intervals (rows._covered_by_union: intervals cut at Hf; three pseudo-rows first, then row by row).
-MASKC_HD inline bool covered_by_union(const Inputs& in, int64_t c, int64_t a, int64_t b, int64_t t) {
-    const int64_t first = t * in.bk, end = first + in.bk, z = b - 1;
+// Whether every row of the piece sees every key of key tile t through the union of its regions' intervals
+// (rows._covered_by_union: intervals cut at Hf; three pseudo-rows first, then row by row).
+MASKC_HD inline bool covered_by_union(const Inputs& in, const Piece& piece, int64_t t) {
+    const int64_t first = t * in.bk, end = first + in.bk, a = piece.a, z = piece.b - 1;
     const int R = in.regions;
     Constants k[kMaxRegions];
-    for (int r = 0; r < R; ++r) k[r] = constants_of(in, r, c);
+    for (int r = 0; r < R; ++r) k[r] = constants_of(in, r, piece.c);
     int64_t lo[kMaxRegions], hi[kMaxRegions];
     bool covered[3];
     const int64_t rows_lo[3] = {a, z, z}, rows_hi[3] = {a, z, a};  // first row, last row, what every row sees
@@ -126,47 +128,49 @@ MASKC_HD inline bool covered_by_union(const Inputs& in, int64_t c, int64_t a, in
     return true;
 }
 
-// The visited key tiles of query tile `tile` of sequence `seq`, ascending, with their kinds (FULL, or the bits
-// of the regions meeting the tile), written to k_tile[] and kind[] (room for the sequence's key tiles).
-// Returns how many. `segment_first`: the first concrete segment of the sequence.
-MASKC_HD inline int64_t classify_query_tile(const Inputs& in, int64_t seq, int64_t tile, int64_t* k_tile,
-                                            uint32_t* kind) {
-    const int64_t n = in.seq_length[seq], row0 = tile * in.bq, row_end = min64(row0 + in.bq, n);
+// The pieces of query tile `tile` of sequence `seq`, in row order, written to pieces[] (at most bq). Returns how
+// many. A piece ends where the next non-empty segment begins, or with the tile.
+MASKC_HD inline int64_t pieces_of(const Inputs& in, int64_t seq, int64_t tile, Piece* pieces) {
+    const int64_t row0 = tile * in.bq, row_end = min64(row0 + in.bq, in.seq_length[seq]);
     const int64_t e0 = in.entry_ptr[seq], e1 = in.entry_ptr[seq + 1];
-    const int R = in.regions;
-    // The pieces: runs of rows of one non-empty segment. The segment holding row0 is the last non-empty one
-    // starting at or before it.
-    int64_t c = -1;
+    int64_t c = -1;  // the segment holding row0: the last non-empty one starting at or before it
     for (int64_t e = e0; e < e1; ++e)
         if (in.seg_length[e] > 0 && in.seg_start[e] <= row0) c = e;
-    // First pass: the range of key tiles any region meets in any piece.
-    int64_t lowest = INT64_MAX, highest = INT64_MIN, pieces = 0;
-    for (int64_t a = row0, cur = c; a < row_end;) {
-        int64_t next = cur + 1;
+    int64_t count = 0;
+    for (int64_t a = row0; a < row_end;) {
+        int64_t next = c + 1;
         while (next < e1 && in.seg_length[next] == 0) ++next;
         const int64_t b = next < e1 ? min64(in.seg_start[next], row_end) : row_end;
+        pieces[count++] = {c, a, b};
+        a = b;
+        c = next;
+    }
+    return count;
+}
+
+// The visited key tiles of a query tile of `count` pieces, ascending, with their kinds (FULL where every piece
+// covers the tile, else the bits of the regions meeting it), written to k_tile[] and kind[] (room for the
+// sequence's key tiles). `spans`: room for count x regions. Returns how many tiles.
+MASKC_HD inline int64_t classify_pieces(const Inputs& in, const Piece* pieces, int64_t count, Span* spans,
+                                        int64_t* k_tile, uint32_t* kind) {
+    const int R = in.regions;
+    int64_t lowest = INT64_MAX, highest = INT64_MIN;
+    for (int64_t i = 0; i < count; ++i)
         for (int r = 0; r < R; ++r) {
-            const Span s = span_of(constants_of(in, r, cur), a, b, in.bk);
+            const Span s = spans[i * R + r] = span_of(constants_of(in, r, pieces[i].c), pieces[i].a, pieces[i].b, in.bk);
             if (s.met && s.m0 < s.m1) {
                 lowest = min64(lowest, s.m0);
                 highest = max64(highest, s.m1);
             }
         }
-        ++pieces;
-        a = b;
-        cur = next;
-    }
-    int64_t count = 0;
+    int64_t listed = 0;
     for (int64_t t = lowest; t < highest; ++t) {
         uint32_t bits = 0;
         int64_t covering = 0;
-        for (int64_t a = row0, cur = c; a < row_end;) {
-            int64_t next = cur + 1;
-            while (next < e1 && in.seg_length[next] == 0) ++next;
-            const int64_t b = next < e1 ? min64(in.seg_start[next], row_end) : row_end;
+        for (int64_t i = 0; i < count; ++i) {
             int meeting = 0, alone = 0;
             for (int r = 0; r < R; ++r) {
-                const Span s = span_of(constants_of(in, r, cur), a, b, in.bk);
+                const Span& s = spans[i * R + r];
                 if (s.met && s.m0 <= t && t < s.m1) {
                     bits |= in.bits[r];
                     ++meeting;
@@ -174,17 +178,22 @@ MASKC_HD inline int64_t classify_query_tile(const Inputs& in, int64_t seq, int64
                 if (s.met && s.f0 <= t && t < s.f1) ++alone;
             }
             // A tile two regions meet in one piece may be covered by their union only.
-            covering += meeting >= 2 ? covered_by_union(in, cur, a, b, t) : alone > 0;
-            a = b;
-            cur = next;
+            covering += meeting >= 2 ? covered_by_union(in, pieces[i], t) : alone > 0;
         }
         if (bits) {
-            k_tile[count] = t;
-            kind[count] = covering == pieces ? kFull : bits;
-            ++count;
+            k_tile[listed] = t;
+            kind[listed] = covering == count ? kFull : bits;
+            ++listed;
         }
     }
-    return count;
+    return listed;
+}
+
+// A query tile's classes: pieces_of, then classify_pieces, in the caller's scratch (room for bq pieces and for
+// bq x regions spans).
+MASKC_HD inline int64_t classify_query_tile(const Inputs& in, int64_t seq, int64_t tile, Piece* pieces, Span* spans,
+                                            int64_t* k_tile, uint32_t* kind) {
+    return classify_pieces(in, pieces, pieces_of(in, seq, tile, pieces), spans, k_tile, kind);
 }
 
 }  // namespace maskc_plan

@@ -1,4 +1,4 @@
-// The descriptor from the classified query tiles: step 2 of planning on the GPU (an experiment; see classify.cuh).
+// The descriptor from the classified query tiles (see tiles.h): the GPU's form of planner._visiting_order.
 // The work items in the host planner's visiting order (planner._visiting_order: groups of items that share keys,
 // longest group first, inside a group longest item first, ties in query tile order), then the CSR. Every pass is
 // a function of one index (an item, a sequence, a group): a thread each on the GPU, a loop on the CPU. Sorting
@@ -6,7 +6,7 @@
 // comparisons for the 4,096 items of a million tokens, no shared memory, no synchronisation inside a pass.
 
 #pragma once
-#include "classify.cuh"
+#include "tiles.h"
 
 namespace maskc_plan {
 
