@@ -64,7 +64,8 @@ def test_packed_batches_of_new_lengths_plan_the_same(name, count):
     """A training step's batches: 32768 tokens in `count` random lengths, sm_90a's tiles."""
     rng = np.random.default_rng(count)
     compiled = compile_file(EXAMPLES / f"{'causal' if name == 'document' else name}.mask", KernelOptions(arch="sm_90a"))
-    lengths = np.diff(np.concatenate([[0], np.sort(rng.choice(np.arange(1, 32768), count - 1, replace=False)), [32768]]))
+    cuts = np.sort(rng.choice(np.arange(1, 32768), count - 1, replace=False))
+    lengths = np.diff(np.concatenate([[0], cuts, [32768]]))
     sequences = []
     for n in lengths.tolist():
         given = {"n": n}

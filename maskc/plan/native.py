@@ -3,7 +3,7 @@
 tenth of the time (new runtime values at every call: packed documents, reward-model groups).
 
 numpy's cost here is the number of its calls, a hundred or more of a few microseconds each on arrays of a few
-hundred values; a query tile at a time in C++ costs microseconds in all (native/tiles.h, whose classes the GPU's
+hundred values; a query tile at a time in C++ costs microseconds in all (cpp/tiles.h, whose classes the GPU's
 form of the planner shares: docs/experiments/gpu_planner). The library is built once per machine with the C++
 compiler (`$CXX`, else `c++`, else `g++`; the one PyTorch's and Triton's own builds use) into the cache
 directory, in a thread of its own that `maskc.load` starts (`start`): until it is ready, and wherever no compiler
@@ -27,7 +27,7 @@ import numpy as np
 from maskc.cache import atomic_write, cache_dir, read_entry, write_entry
 
 SOURCES = ("tiles.h", "order.h", "transpose.h", "host.cpp")
-_HERE = Path(__file__).resolve().parent / "native"
+_SOURCES_DIR = Path(__file__).resolve().parent / "cpp"
 
 _lock = threading.Lock()
 _state: dict = {}  # "thread": the build, "library": the loaded library or None once the build failed
@@ -81,7 +81,7 @@ def _built() -> Path:
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
     flags = ["-O2", "-std=c++17", "-shared", "-fPIC"]
     key = hashlib.sha256("\0".join([compiler, version, *flags,
-                                    *((_HERE / name).read_text() for name in SOURCES)]).encode()).hexdigest()
+                                    *((_SOURCES_DIR / name).read_text() for name in SOURCES)]).encode()).hexdigest()
     target = cache_dir() / "native" / f"planner-{key[:32]}.so"
     record = target.with_suffix(".meta")
     entry = read_entry(record)
@@ -92,8 +92,8 @@ def _built() -> Path:
         pass
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "planner.so"
-        subprocess.run([compiler, *flags, "-I", str(_HERE), str(_HERE / "host.cpp"), "-o", str(out)], check=True,
-                       capture_output=True, timeout=300)
+        subprocess.run([compiler, *flags, "-I", str(_SOURCES_DIR), str(_SOURCES_DIR / "host.cpp"), "-o", str(out)],
+                       check=True, capture_output=True, timeout=300)
         data = out.read_bytes()
     atomic_write(target, data)
     write_entry(record, json.dumps({"sha256": hashlib.sha256(data).hexdigest()}).encode())

@@ -1,4 +1,4 @@
-"""Checks the GPU's form of the planner (maskc/plan/native's tiles.h, order.h, transpose.h in their per-thread
+"""Checks the GPU's form of the planner (maskc/plan/cpp's tiles.h, order.h, transpose.h in their per-thread
 passes) against the numpy planner, without a GPU: emulate.cpp runs each pass's threads as a loop, built with g++
 into a shared library and, for every case of bench/plan_identical.py that takes the row-interval fast path (every
 example's defaults and random ragged batches, the kernel families' tile shapes and the tests'), each query tile's
@@ -26,7 +26,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
-NATIVE = ROOT / "maskc" / "plan" / "native"  # tiles.h, order.h, transpose.h: the logic, shared with the host planner
+NATIVE = ROOT / "maskc" / "plan" / "cpp"  # tiles.h, order.h, transpose.h: the logic, shared with the host planner
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import plan_identical  # noqa: E402

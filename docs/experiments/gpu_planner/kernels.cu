@@ -1,4 +1,4 @@
-// The GPU planner's passes as kernels (an experiment; maskc/plan/native's tiles.h, order.h and transpose.h hold
+// The GPU planner's passes as kernels (an experiment; maskc/plan/cpp's tiles.h, order.h and transpose.h hold
 // the logic, which check.py checks on the CPU): each kernel runs one function of one index per thread, and the host
 // launches them in order on one stream, with nothing read back. gpu_check.py builds this with NVRTC (through
 // CuPy) and compares the result with the host planner.
