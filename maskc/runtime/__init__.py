@@ -207,6 +207,7 @@ class Attention:
             lengths, offsets = [int(n)] * int(batch), np.zeros(int(batch), dtype=np.int64)
         sequences = self.sequences(lengths, params)
         compiled = self.compiled
+        native.start()  # (an Attention sent to a worker process starts its C++ planner there too)
         key = compiled.plan_key(sequences, offsets)
         tables = compiled.tables(sequences, offsets, key=key)
         by_key = compiled.key_tables(*tables[:2]) if compiled.options.backward is not None else None

@@ -1,7 +1,9 @@
 // The row-interval planner on the host, for plan/native.py (ctypes): the descriptor of a batch and its transpose,
 // the same bytes as plan/rows.py with planner._descriptor, and plan/by_key.py. The classes come from tiles.h
-// (shared with the GPU's form); the orders from sorts, which a CPU does well, where the GPU's form counts ranks.
+// (shared with the GPU's form), a run of key tiles at a time; the orders from sorts, which a CPU does well,
+// where the GPU's form counts ranks.
 #include <algorithm>
+#include <memory>
 #include <new>
 #include <vector>
 
@@ -11,11 +13,62 @@ using namespace maskc_plan;
 
 namespace {
 
-// A descriptor's tiles until the caller has room for them (maskc_descriptor_tiles).
-struct Tiles {
-    std::vector<int32_t> k_tile;
-    std::vector<uint32_t> kind;
+// Key tiles first .. end - 1 of one class.
+struct Run {
+    int64_t first, end;
+    uint32_t kind;
 };
+
+// A descriptor until the caller has room for its tiles (maskc_descriptor_tiles): each query tile's runs, and
+// the visiting order.
+struct Runs {
+    std::vector<Run> runs;
+    std::vector<int64_t> start;  // query tile g's runs: runs[start[g] .. start[g + 1])
+    std::vector<int64_t> visit;
+};
+
+// The runs of one query tile, appended to `out`. A tile's class holds between any two consecutive ends of the
+// pieces' spans (tile_class), except where two regions meet in one piece: there the union decides tile by
+// tile. Returns the tiles listed.
+int64_t runs_of(const Inputs& in, const Piece* pieces, int64_t count, Span* spans, std::vector<int64_t>& points,
+                std::vector<Run>& out) {
+    int64_t lowest, highest, listed = 0;
+    spans_of(in, pieces, count, spans, &lowest, &highest);
+    if (lowest >= highest) return 0;
+    points.clear();
+    points.push_back(lowest);
+    points.push_back(highest);
+    for (int64_t i = 0; i < count * in.regions; ++i) {
+        const Span& s = spans[i];
+        if (!s.met) continue;
+        for (int64_t p : {s.m0, s.m1, s.f0, s.f1})
+            if (lowest < p && p < highest) points.push_back(p);
+    }
+    std::sort(points.begin(), points.end());
+    points.erase(std::unique(points.begin(), points.end()), points.end());
+    const size_t mine = out.size();  // (this query tile's runs begin here)
+    auto add = [&](int64_t first, int64_t end, uint64_t c) {
+        if (!c) return;
+        const uint32_t kind = (uint32_t)c;
+        if (out.size() > mine && out.back().end == first && out.back().kind == kind) {
+            out.back().end = end;  // (a tile the union decided, like its neighbour)
+        } else {
+            out.push_back({first, end, kind});
+        }
+        listed += end - first;
+    };
+    for (size_t j = 0; j + 1 < points.size(); ++j) {
+        bool shared;
+        const uint64_t c = tile_class(in, pieces, count, spans, points[j], &shared);
+        if (!shared) {
+            add(points[j], points[j + 1], c);
+            continue;
+        }
+        add(points[j], points[j] + 1, c);
+        for (int64_t t = points[j] + 1; t < points[j + 1]; ++t) add(t, t + 1, tile_class(in, pieces, count, spans, t, &shared));
+    }
+    return listed;
+}
 
 }  // namespace
 
@@ -23,7 +76,7 @@ extern "C" {
 
 // The descriptor of the row-interval masks' batch in `in`'s form (tiles.h): work_seq, work_qtile (one per query
 // tile) and row_ptr (one more) into the caller's arrays, in planner._visiting_order's order; the listed tiles'
-// count and how many are FULL into *tiles and *full. Returns a handle to the tiles (maskc_descriptor_tiles takes
+// count and how many are FULL into *tiles and *full. Returns a handle to the tiles (maskc_descriptor_tiles writes
 // them), or null where memory ran out.
 void* maskc_descriptor(const int64_t* consts, const int64_t* seg_start, const int64_t* seg_length,
                        const int64_t* entry_ptr, const int64_t* seq_length, const uint32_t* bits, int64_t segments,
@@ -31,31 +84,26 @@ void* maskc_descriptor(const int64_t* consts, const int64_t* seg_start, const in
                        int32_t* row_ptr, int64_t* tiles, int64_t* full) try {
     const Inputs in{consts, seg_start, seg_length, entry_ptr, seq_length, bits, segments, regions, bq, bk};
     std::vector<int64_t> qtile_base(sequences + 1, 0);
-    int64_t room = 0;  // the most key tiles of a sequence: what one query tile can list
-    for (int64_t s = 0; s < sequences; ++s) {
-        qtile_base[s + 1] = qtile_base[s] + (seq_length[s] + bq - 1) / bq;
-        room = max64(room, (seq_length[s] + bk - 1) / bk);
-    }
+    for (int64_t s = 0; s < sequences; ++s) qtile_base[s + 1] = qtile_base[s] + (seq_length[s] + bq - 1) / bq;
     const int64_t items = qtile_base[sequences];
 
-    // Every query tile's tiles, in query tile order.
-    std::vector<int64_t> seq(items), start(items + 1, 0), slot(room);
-    std::vector<uint32_t> slot_kind(room);
+    // Every query tile's runs, in query tile order.
+    std::unique_ptr<Runs> out(new Runs);
+    out->start.assign(items + 1, 0);
+    std::vector<int64_t> seq(items), first(items), last(items), count(items), points;
     std::vector<Piece> pieces(bq);
     std::vector<Span> spans(bq * regions);
-    Tiles* out = new Tiles;
-    std::vector<int64_t> first(items), last(items), count(items);
+    int64_t full_tiles = 0;
     for (int64_t s = 0; s < sequences; ++s)
         for (int64_t g = qtile_base[s]; g < qtile_base[s + 1]; ++g) {
-            const int64_t listed = classify_query_tile(in, s, g - qtile_base[s], pieces.data(), spans.data(),
-                                                       slot.data(), slot_kind.data());
+            const int64_t n = pieces_of(in, s, g - qtile_base[s], pieces.data());
             seq[g] = s;
-            count[g] = listed;
-            first[g] = listed ? slot[0] : 0;
-            last[g] = listed ? slot[listed - 1] : -1;
-            start[g + 1] = start[g] + listed;
-            out->k_tile.insert(out->k_tile.end(), slot.begin(), slot.begin() + listed);
-            out->kind.insert(out->kind.end(), slot_kind.begin(), slot_kind.begin() + listed);
+            count[g] = runs_of(in, pieces.data(), n, spans.data(), points, out->runs);
+            out->start[g + 1] = (int64_t)out->runs.size();
+            first[g] = count[g] ? out->runs[out->start[g]].first : 0;
+            last[g] = count[g] ? out->runs[out->start[g + 1] - 1].end - 1 : -1;
+            for (int64_t i = out->start[g]; i < out->start[g + 1]; ++i)
+                if (out->runs[i].kind == kFull) full_tiles += out->runs[i].end - out->runs[i].first;
         }
 
     // The visiting order: groups of items whose key ranges chain, longest group first, longest item first.
@@ -74,49 +122,47 @@ void* maskc_descriptor(const int64_t* consts, const int64_t* seg_start, const in
         for (int64_t i = qtile_base[s]; i < qtile_base[s + 1]; ++i) group[by_keys[i]] += groups;
         groups += in_sequence;
     }
-    std::vector<int64_t> longest(groups, 0), by_length(groups), rank(groups), visit(items);
+    std::vector<int64_t> longest(groups, 0), by_length(groups), rank(groups);
     for (int64_t g = 0; g < items; ++g) longest[group[g]] = max64(longest[group[g]], count[g]);
     for (int64_t i = 0; i < groups; ++i) by_length[i] = i;
     std::stable_sort(by_length.begin(), by_length.end(), [&](int64_t x, int64_t y) { return longest[x] > longest[y]; });
     for (int64_t i = 0; i < groups; ++i) rank[by_length[i]] = i;
+    std::vector<int64_t>& visit = out->visit;
+    visit.resize(items);
     for (int64_t g = 0; g < items; ++g) visit[g] = g;
     std::stable_sort(visit.begin(), visit.end(), [&](int64_t x, int64_t y) {
         return rank[group[x]] != rank[group[y]] ? rank[group[x]] < rank[group[y]] : count[x] > count[y];
     });
 
-    // The CSR in visiting order.
-    Tiles* csr = new Tiles;
-    csr->k_tile.resize(start[items]);
-    csr->kind.resize(start[items]);
+    // The CSR's pointers in visiting order (its tiles: maskc_descriptor_tiles).
     row_ptr[0] = 0;
-    int64_t at = 0, full_tiles = 0;
     for (int64_t w = 0; w < items; ++w) {
         const int64_t g = visit[w];
         work_seq[w] = (int32_t)seq[g];
         work_qtile[w] = (int32_t)(g - qtile_base[seq[g]]);
-        for (int64_t i = start[g]; i < start[g + 1]; ++i, ++at) {
-            csr->k_tile[at] = out->k_tile[i];
-            csr->kind[at] = out->kind[i];
-            full_tiles += out->kind[i] == kFull;
-        }
-        row_ptr[w + 1] = (int32_t)at;
+        row_ptr[w + 1] = row_ptr[w] + (int32_t)count[g];
     }
-    delete out;
-    *tiles = at;
+    *tiles = row_ptr[items];
     *full = full_tiles;
-    return csr;
+    return out.release();
 } catch (const std::bad_alloc&) {
     return nullptr;
 }
 
-// Copies a descriptor's tiles (maskc_descriptor's count of each) and frees them; with null arrays, only frees.
+// Writes a descriptor's tiles (maskc_descriptor's count of each) in visiting order, and frees them; with null
+// arrays, only frees.
 void maskc_descriptor_tiles(void* handle, int32_t* k_tile, uint32_t* kind) {
-    Tiles* t = static_cast<Tiles*>(handle);
-    if (k_tile != nullptr) {
-        std::copy(t->k_tile.begin(), t->k_tile.end(), k_tile);
-        std::copy(t->kind.begin(), t->kind.end(), kind);
-    }
-    delete t;
+    const std::unique_ptr<Runs> t(static_cast<Runs*>(handle));
+    if (k_tile == nullptr) return;
+    int64_t at = 0;
+    for (const int64_t g : t->visit)
+        for (int64_t i = t->start[g]; i < t->start[g + 1]; ++i) {
+            const Run& run = t->runs[i];
+            for (int64_t k = run.first; k < run.end; ++k, ++at) {
+                k_tile[at] = (int32_t)k;
+                kind[at] = run.kind;
+            }
+        }
 }
 
 // The transpose of a descriptor (by_key.by_key): per key tile (most query tiles first, ties by key tile) the query

@@ -148,41 +148,65 @@ MASKC_HD inline int64_t pieces_of(const Inputs& in, int64_t seq, int64_t tile, P
     return count;
 }
 
-// The visited key tiles of a query tile of `count` pieces, ascending, with their kinds (FULL where every piece
-// covers the tile, else the bits of the regions meeting it), written to k_tile[] and kind[] (room for the
-// sequence's key tiles). `spans`: room for count x regions. Returns how many tiles.
-MASKC_HD inline int64_t classify_pieces(const Inputs& in, const Piece* pieces, int64_t count, Span* spans,
-                                        int64_t* k_tile, uint32_t* kind) {
+// Each region's span on each piece, into spans[] (count x regions); returns the key tiles any of them meets,
+// [*lowest, *highest) (empty: lowest >= highest).
+MASKC_HD inline void spans_of(const Inputs& in, const Piece* pieces, int64_t count, Span* spans, int64_t* lowest,
+                              int64_t* highest) {
     const int R = in.regions;
-    int64_t lowest = INT64_MAX, highest = INT64_MIN;
+    *lowest = INT64_MAX;
+    *highest = INT64_MIN;
     for (int64_t i = 0; i < count; ++i)
         for (int r = 0; r < R; ++r) {
             const Span s = spans[i * R + r] = span_of(constants_of(in, r, pieces[i].c), pieces[i].a, pieces[i].b, in.bk);
             if (s.met && s.m0 < s.m1) {
-                lowest = min64(lowest, s.m0);
-                highest = max64(highest, s.m1);
+                *lowest = min64(*lowest, s.m0);
+                *highest = max64(*highest, s.m1);
             }
         }
-    int64_t listed = 0;
+}
+
+// The class of key tile t of a query tile of `count` pieces: 0 where no region meets it (not listed), else its
+// kind (FULL where every piece covers it, else the bits of the regions meeting it) with bit 32 set, so that a
+// FULL tile is not 0. `shared`: set where two regions meet t in one piece (the union decides there, tile by
+// tile; elsewhere the class holds between any two of the spans' ends).
+constexpr uint64_t kListed = 1ull << 32;
+
+MASKC_HD inline uint64_t tile_class(const Inputs& in, const Piece* pieces, int64_t count, const Span* spans,
+                                    int64_t t, bool* shared) {
+    const int R = in.regions;
+    uint32_t bits = 0;
+    int64_t covering = 0;
+    *shared = false;
+    for (int64_t i = 0; i < count; ++i) {
+        int meeting = 0, alone = 0;
+        for (int r = 0; r < R; ++r) {
+            const Span& s = spans[i * R + r];
+            if (s.met && s.m0 <= t && t < s.m1) {
+                bits |= in.bits[r];
+                ++meeting;
+            }
+            if (s.met && s.f0 <= t && t < s.f1) ++alone;
+        }
+        // A tile two regions meet in one piece may be covered by their union only.
+        *shared |= meeting >= 2;
+        covering += meeting >= 2 ? covered_by_union(in, pieces[i], t) : alone > 0;
+    }
+    return bits ? kListed | (covering == count ? kFull : bits) : 0;
+}
+
+// The visited key tiles of a query tile of `count` pieces, ascending, with their kinds, written to k_tile[] and
+// kind[] (room for the sequence's key tiles). `spans`: room for count x regions. Returns how many tiles. (The
+// GPU's form: a tile at a time. The host's, host.cpp, classifies a run of tiles at once.)
+MASKC_HD inline int64_t classify_pieces(const Inputs& in, const Piece* pieces, int64_t count, Span* spans,
+                                        int64_t* k_tile, uint32_t* kind) {
+    int64_t lowest, highest, listed = 0;
+    spans_of(in, pieces, count, spans, &lowest, &highest);
     for (int64_t t = lowest; t < highest; ++t) {
-        uint32_t bits = 0;
-        int64_t covering = 0;
-        for (int64_t i = 0; i < count; ++i) {
-            int meeting = 0, alone = 0;
-            for (int r = 0; r < R; ++r) {
-                const Span& s = spans[i * R + r];
-                if (s.met && s.m0 <= t && t < s.m1) {
-                    bits |= in.bits[r];
-                    ++meeting;
-                }
-                if (s.met && s.f0 <= t && t < s.f1) ++alone;
-            }
-            // A tile two regions meet in one piece may be covered by their union only.
-            covering += meeting >= 2 ? covered_by_union(in, pieces[i], t) : alone > 0;
-        }
-        if (bits) {
+        bool shared;
+        const uint64_t c = tile_class(in, pieces, count, spans, t, &shared);
+        if (c) {
             k_tile[listed] = t;
-            kind[listed] = covering == count ? kFull : bits;
+            kind[listed] = (uint32_t)c;
             ++listed;
         }
     }
