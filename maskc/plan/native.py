@@ -1,13 +1,13 @@
 """The row-interval planner in C++ on the host, where a C++ compiler is found: the same descriptors as
 `rows.plan_ranges` with `planner._descriptor`, and the same transposes as `by_key.by_key`, byte for byte, in a
-tenth of the time (new runtime values at every call: packed documents, reward-model groups).
+fifth of the time or less (new runtime values at every call: packed documents, reward-model groups).
 
 numpy's cost here is the number of its calls, a hundred or more of a few microseconds each on arrays of a few
 hundred values; a query tile at a time in C++ costs microseconds in all (cpp/tiles.h, whose classes the GPU's
 form of the planner shares: docs/experiments/gpu_planner). The library is built once per machine with the C++
-compiler (`$CXX`, else `c++`, else `g++`; the one PyTorch's and Triton's own builds use) into the cache
-directory, in a thread of its own that `maskc.load` starts (`start`): until it is ready, and wherever no compiler
-builds it, the numpy planner plans (the same results, slower). `MASKC_NATIVE=0` keeps to numpy.
+compiler (`$CXX`, else `c++`, else `g++`) into the cache directory, in a thread of its own that `maskc.load`
+starts (`start`): until it is ready, and wherever no compiler builds it, the numpy planner plans (the same
+results, slower). `MASKC_NATIVE=0` keeps to numpy.
 """
 
 from __future__ import annotations
