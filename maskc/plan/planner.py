@@ -88,6 +88,7 @@ class PlanStats:
     seconds: float = 0.0
     fast_path: bool = False  # planned by the row-interval fast path (plan/rows.py), not the general search
     regions_factored: int = 0  # regions the search planned in closed form by their factors (plan/factors.py)
+    native: bool = False  # the fast path ran in C++ (plan/native.py), with the same results as numpy's
 
     @property
     def tiles_visited(self) -> int:
@@ -661,7 +662,7 @@ def _native_descriptor(program: ir.Program, batch: _Batch, tiling: Tiling, confi
     if nbytes > MAX_DESCRIPTOR_BYTES:
         raise PlanError(f"the descriptor would list {visited:,} tiles ({nbytes / 2**30:.1f} GiB), "
                         "more than the 1 GiB limit; use fewer or shorter sequences")
-    stats.fast_path = True
+    stats.fast_path = stats.native = True
     stats.tiles_full, stats.tiles_partial = full, visited - full
     desc = Descriptor(config, batch.blocks, work_seq, work_qtile, row_ptr, k_tile, kind, stats)
     stats.seconds = time.perf_counter() - start

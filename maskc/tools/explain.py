@@ -21,6 +21,7 @@ from maskc import ir
 from maskc.compiler import CompiledMask, compile_program
 from maskc.diagnostics import show_value
 from maskc.kernels import KernelOptions, TileKind
+from maskc.plan import native
 from maskc.plan.arrays import expand
 from maskc.plan.layout import ConcreteLayout, SequenceValues
 from maskc.plan.planner import Descriptor
@@ -344,7 +345,8 @@ class TileReport:
 
 def _planned_by(stats, regions: int) -> str:
     if stats.fast_path:
-        return "row intervals in closed form"
+        return "row intervals in closed form, " + ("in C++" if stats.native else "with numpy (the C++ planner is off "
+                                                    "or no C++ compiler built it; the same results, slower)")
     if stats.regions_factored == regions:
         return "every rule in closed form, by its factors"
     if stats.regions_factored:
@@ -562,6 +564,7 @@ def explain_values(compiled: CompiledMask, sequences: list[dict[str, object]], o
                    png: bool = False, dump: bool = False, dump_whole_batch: bool = False) -> Explained:
     """Plan for the given runtime values, count exactly, and (on request) draw and dump sequence 0, or dump
     the whole batch."""
+    native.library(wait=True)  # (the planner a running model would have: in C++ where a compiler builds it)
     desc, layouts, values = compiled.plan(sequences)
     program = compiled.program
     first_n = layouts[0].n if layouts else 0
