@@ -118,6 +118,7 @@ def test_a_compiler_that_fails_leaves_numpy_planning(monkeypatch, tmp_path):
     _fresh(monkeypatch, tmp_path)
     monkeypatch.setenv("CXX", "false")  # (found, and fails whatever it is given)
     assert native.library(wait=True) is None
+    assert not list((tmp_path / "native").glob(".build.*"))
     compiled, values, layouts, _ = example("document")
     with numpy_only():
         theirs = plan(compiled.program, layouts, values, compiled.tiles)
@@ -137,6 +138,7 @@ def test_a_damaged_library_in_the_cache_is_built_again(monkeypatch, tmp_path):
     monkeypatch.setattr(native, "_state", {})
     assert native.library(wait=True) is not None
     assert built.read_bytes() == good
+    assert not list((tmp_path / "native").glob(".build.*"))  # (each build's own file, removed)
 
 
 @needs_compiler

@@ -90,11 +90,16 @@ def _built() -> Path:
             return target
     except OSError:
         pass
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "planner.so"
-        subprocess.run([compiler, *flags, "-I", str(_SOURCES_DIR), str(_SOURCES_DIR / "host.cpp"), "-o", str(out)],
+    # Built beside its place in the cache (a process that exits mid-build leaves its file there, not in /tmp).
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, out = tempfile.mkstemp(dir=target.parent, prefix=".build.", suffix=".so")
+    os.close(fd)
+    try:
+        subprocess.run([compiler, *flags, "-I", str(_SOURCES_DIR), str(_SOURCES_DIR / "host.cpp"), "-o", out],
                        check=True, capture_output=True, timeout=300)
-        data = out.read_bytes()
+        data = Path(out).read_bytes()
+    finally:
+        os.unlink(out)
     atomic_write(target, data)
     write_entry(record, json.dumps({"sha256": hashlib.sha256(data).hexdigest()}).encode())
     return target
