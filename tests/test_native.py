@@ -161,3 +161,22 @@ class _NoMemory:
         self.maskc_descriptor = lambda *args: None
         self.maskc_key_descriptor = lambda *args: -1
         self.maskc_descriptor_tiles = lib.maskc_descriptor_tiles
+
+
+@needs_compiler
+def test_a_descriptor_past_the_limit_is_refused_as_with_numpy(monkeypatch):
+    """The size check comes before the tiles are written (the C++ planner holds them as runs until then)."""
+    from maskc.plan import planner
+
+    compiled, values, layouts, _ = example("causal")
+    desc = plan(compiled.program, layouts, values, compiled.tiles)
+    monkeypatch.setattr(planner, "MAX_DESCRIPTOR_BYTES", desc.nbytes - 1)
+    monkeypatch.setattr(planner, "visited_tiles_floor", lambda *args: 0)  # (past the check before planning)
+    messages = []
+    for setting in ("1", "0"):
+        monkeypatch.setenv("MASKC_NATIVE", setting)
+        with pytest.raises(planner.PlanError, match="the descriptor would list") as refused:
+            plan(compiled.program, layouts, values, compiled.tiles)
+        messages.append(str(refused.value))
+    assert messages[0] == messages[1] == (f"the descriptor would list {len(desc.k_tile):,} tiles (0.0 GiB), more than "
+                                          "the 1 GiB limit; use fewer or shorter sequences")

@@ -121,9 +121,10 @@ def _int64(a) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
-def descriptor(lib: ctypes.CDLL, consts: np.ndarray, batch, bits: np.ndarray, bq: int, bk: int):
+def descriptor(lib: ctypes.CDLL, consts: np.ndarray, batch, bits: np.ndarray, bq: int, bk: int, check_size):
     """(work_seq, work_qtile, row_ptr, k_tile, kind, full tiles) of the batch (planner._Batch) whose regions'
-    constants per concrete segment are `consts` (rows.segment_constants); None where memory ran out."""
+    constants per concrete segment are `consts` (rows.segment_constants); None where memory ran out.
+    `check_size(work items, tiles)` may refuse the descriptor (raise) before its tiles are written."""
     ns = _int64(batch.bounds[:, -1])
     sequences = len(ns)
     entry_ptr = np.zeros(sequences + 1, dtype=np.int64)
@@ -140,6 +141,11 @@ def descriptor(lib: ctypes.CDLL, consts: np.ndarray, batch, bits: np.ndarray, bq
                                   _ptr(row_ptr), ctypes.byref(tiles), ctypes.byref(full))
     if not handle:
         return None
+    try:
+        check_size(items, tiles.value)
+    except BaseException:
+        lib.maskc_descriptor_tiles(ctypes.c_void_p(handle), None, None)  # (frees them)
+        raise
     # One allocation for both, as planner._descriptor makes them.
     both = np.empty(2 * tiles.value, dtype=np.int32)
     k_tile, kind = both[:tiles.value], both[tiles.value:].view(np.uint32)

@@ -653,15 +653,11 @@ def _native_descriptor(program: ir.Program, batch: _Batch, tiling: Tiling, confi
         return None
     consts = segment_constants(forms, batch, tiling.block_k)
     made = None if consts is None else native.descriptor(lib, consts, batch, forms.bits, tiling.block_q,
-                                                         tiling.block_k)
+                                                         tiling.block_k, _check_size)
     if made is None:
         return None
     work_seq, work_qtile, row_ptr, k_tile, kind, full = made
     visited = len(k_tile)
-    nbytes = _descriptor_bytes(len(work_seq), visited)
-    if nbytes > MAX_DESCRIPTOR_BYTES:
-        raise PlanError(f"the descriptor would list {visited:,} tiles ({nbytes / 2**30:.1f} GiB), "
-                        "more than the 1 GiB limit; use fewer or shorter sequences")
     stats.fast_path = stats.native = True
     stats.tiles_full, stats.tiles_partial = full, visited - full
     desc = Descriptor(config, batch.blocks, work_seq, work_qtile, row_ptr, k_tile, kind, stats)
@@ -787,10 +783,7 @@ def _descriptor(config: TileConfig, bt: BlockTable, qtile_base: np.ndarray, gq: 
     rank = np.empty(total_q, dtype=np.int64)
     rank[visit] = np.arange(total_q)
     visited = int(lengths.sum())
-    nbytes = _descriptor_bytes(total_q, visited)
-    if nbytes > MAX_DESCRIPTOR_BYTES:
-        raise PlanError(f"the descriptor would list {visited:,} tiles ({nbytes / 2**30:.1f} GiB), "
-                        "more than the 1 GiB limit; use fewer or shorter sequences")
+    _check_size(total_q, visited)
     # Ranges by (rank of their q tile, first k tile), one sort of one key; then written out tile by tile: the
     # kinds by a repeat, the k tiles by one running sum of steps (1 inside a range, a jump to lo[i] where range
     # i begins), which makes one array where an arange less a repeat made three (5x faster on 100K tiles).
@@ -819,6 +812,14 @@ def _descriptor(config: TileConfig, bt: BlockTable, qtile_base: np.ndarray, gq: 
     desc = Descriptor(config, bt, work_seq, work_qtile, row_ptr, k_tile, kind, stats)
     stats.seconds = time.perf_counter() - start
     return desc
+
+
+def _check_size(work_items: int, visited: int) -> None:
+    """Refuses, before the tiles are written, a descriptor past MAX_DESCRIPTOR_BYTES."""
+    nbytes = _descriptor_bytes(work_items, visited)
+    if nbytes > MAX_DESCRIPTOR_BYTES:
+        raise PlanError(f"the descriptor would list {visited:,} tiles ({nbytes / 2**30:.1f} GiB), "
+                        "more than the 1 GiB limit; use fewer or shorter sequences")
 
 
 def _descriptor_bytes(work_items: int, tiles: int) -> int:
