@@ -65,7 +65,8 @@ int64_t runs_of(const Inputs& in, const Piece* pieces, int64_t count, Span* span
             continue;
         }
         add(points[j], points[j] + 1, c);
-        for (int64_t t = points[j] + 1; t < points[j + 1]; ++t) add(t, t + 1, tile_class(in, pieces, count, spans, t, &shared));
+        for (int64_t t = points[j] + 1; t < points[j + 1]; ++t)
+            add(t, t + 1, tile_class(in, pieces, count, spans, t, &shared));
     }
     return listed;
 }

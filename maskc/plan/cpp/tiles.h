@@ -157,7 +157,8 @@ MASKC_HD inline void spans_of(const Inputs& in, const Piece* pieces, int64_t cou
     *highest = INT64_MIN;
     for (int64_t i = 0; i < count; ++i)
         for (int r = 0; r < R; ++r) {
-            const Span s = spans[i * R + r] = span_of(constants_of(in, r, pieces[i].c), pieces[i].a, pieces[i].b, in.bk);
+            const Piece& p = pieces[i];
+            const Span s = spans[i * R + r] = span_of(constants_of(in, r, p.c), p.a, p.b, in.bk);
             if (s.met && s.m0 < s.m1) {
                 *lowest = min64(*lowest, s.m0);
                 *highest = max64(*highest, s.m1);
