@@ -12,6 +12,7 @@
 typedef long long int64_t;
 typedef int int32_t;
 typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
 #define INT64_MAX 9223372036854775807LL
 #define INT64_MIN (-INT64_MAX - 1)
 #else
