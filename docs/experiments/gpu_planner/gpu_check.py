@@ -78,7 +78,7 @@ class Gpu:
         return self.cupy.asarray(a)
 
     def zeros(self, n, dtype):
-        return self.xp.zeros(n, dtype=dtype)
+        return self.cupy.zeros(n, dtype=dtype)
 
     @staticmethod
     def ptr(a) -> int:
