@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from maskc.cache import atomic_write, cache_dir, read_entry, write_entry
+from maskc.plan.layout import entry_pointers, joined
 
 SOURCES = ("tiles.h", "order.h", "transpose.h", "host.cpp")
 _SOURCES_DIR = Path(__file__).resolve().parent / "cpp"
@@ -127,13 +128,12 @@ def descriptor(lib: ctypes.CDLL, consts: np.ndarray, batch, bits: np.ndarray, bq
     `check_size(work items, tiles)` may refuse the descriptor (raise) before its tiles are written."""
     ns = _int64(batch.bounds[:, -1])
     sequences = len(ns)
-    entry_ptr = np.zeros(sequences + 1, dtype=np.int64)
-    np.cumsum(np.bincount(batch.segment_seq, minlength=sequences), out=entry_ptr[1:])
+    entry_ptr = _int64(entry_pointers(batch.layouts))
     items = int(((ns + (bq - 1)) // bq).sum())
     work_seq, work_qtile = np.empty(items, dtype=np.int32), np.empty(items, dtype=np.int32)
     row_ptr = np.empty(items + 1, dtype=np.int32)
     tiles, full = ctypes.c_int64(), ctypes.c_int64()
-    consts, starts = _int64(consts), _int64(batch.starts - batch.base.take(batch.segment_seq))
+    consts, starts = _int64(consts), joined(batch.layouts, "starts", np.int64)  # (in each sequence)
     lengths, bits = _int64(batch.lengths), np.ascontiguousarray(bits, dtype=np.uint32)
     handle = lib.maskc_descriptor(_ptr(consts), _ptr(starts), _ptr(lengths), _ptr(entry_ptr), _ptr(ns), _ptr(bits),
                                   ctypes.c_int64(len(lengths)), ctypes.c_int(len(bits)), ctypes.c_int64(bq),
@@ -157,14 +157,12 @@ def key_descriptor(lib: ctypes.CDLL, desc) -> tuple | None:
     """(work_seq, work_ktile, col_ptr, q_tile, kind, q_item) of by_key.by_key(desc); None where memory ran out."""
     qtile_base, ktile_base = desc.blocks.tile_base("q"), desc.blocks.tile_base("k")
     keys, tiles, items = int(ktile_base[-1]), len(desc.k_tile), len(desc.work_seq)
-    if ktile_base[-1] >= 2**31 or tiles >= 2**31:
+    if ktile_base[-1] >= 2**31 or tiles >= 2**31 or desc.kind.dtype != np.uint32:
         return None  # (the key descriptor's int32 fields: by_key widens them where it must)
     work_seq, work_ktile = np.empty(keys, dtype=np.int32), np.empty(keys, dtype=np.int32)
     col_ptr = np.empty(keys + 1, dtype=np.int32)
     q_tile, q_item = np.empty(tiles, dtype=np.int32), np.empty(tiles, dtype=np.int32)
-    kind = np.empty(tiles, dtype=desc.kind.dtype)
-    if desc.kind.dtype != np.uint32:
-        return None
+    kind = np.empty(tiles, dtype=np.uint32)
     arrays = [np.ascontiguousarray(a, dtype=np.int32) for a in (desc.work_seq, desc.work_qtile, desc.row_ptr,
                                                                 desc.k_tile)]
     done = lib.maskc_key_descriptor(*map(_ptr, arrays), _ptr(np.ascontiguousarray(desc.kind)), ctypes.c_int64(items),
