@@ -27,7 +27,7 @@ import numpy as np
 from maskc.cache import atomic_write, cache_dir, read_entry, write_entry
 from maskc.plan.layout import entry_pointers, joined
 
-SOURCES = ("tiles.h", "order.h", "transpose.h", "host.cpp")
+SOURCES = ("tiles.h", "order.h", "host.cpp")
 _SOURCES_DIR = Path(__file__).resolve().parent / "cpp"
 
 _lock = threading.Lock()

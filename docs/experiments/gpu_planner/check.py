@@ -1,6 +1,6 @@
-"""Checks the GPU's form of the planner (maskc/plan/cpp's tiles.h, order.h, transpose.h in their per-thread
-passes) against the numpy planner, without a GPU: emulate.cpp runs each pass's threads as a loop, built with g++
-into a shared library and, for every case of bench/plan_identical.py that takes the row-interval fast path (every
+"""Checks the GPU's form of the planner (maskc/plan/cpp's tiles.h and order.h, ranks.cuh and transpose.cuh here,
+in their per-thread passes) against the numpy planner, without a GPU: emulate.cpp runs each pass's threads as a
+loop, built with g++ into a shared library and, for every case of bench/plan_identical.py that takes the row-interval fast path (every
 example's defaults and random ragged batches, the kernel families' tile shapes and the tests'), each query tile's
 visited key tiles and kinds must be the descriptor's exactly.
 
@@ -26,7 +26,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
-NATIVE = ROOT / "maskc" / "plan" / "cpp"  # tiles.h, order.h, transpose.h: the logic, shared with the host planner
+NATIVE = ROOT / "maskc" / "plan" / "cpp"  # tiles.h, order.h: the logic the host planner shares
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import plan_identical  # noqa: E402
@@ -41,8 +41,8 @@ from maskc.plan.planner import _Batch, _tiling, plan  # noqa: E402
 def build() -> ctypes.CDLL:
     """The passes through emulate.cpp, as a shared library."""
     out = Path(tempfile.mkdtemp()) / "classify.so"
-    subprocess.run(["g++", "-O2", "-std=c++17", "-shared", "-fPIC", "-I", str(NATIVE), str(HERE / "emulate.cpp"),
-                    "-o", str(out)], check=True)
+    subprocess.run(["g++", "-O2", "-std=c++17", "-shared", "-fPIC", "-I", str(HERE), "-I", str(NATIVE),
+                    str(HERE / "emulate.cpp"), "-o", str(out)], check=True)
     lib = ctypes.CDLL(str(out))
     lib.classify_all.restype = lib.plan_all.restype = ctypes.c_int64
     return lib

@@ -22,7 +22,7 @@ extern "C" int64_t classify_all(const int64_t* consts, const int64_t* seg_start,
     return room;
 }
 
-#include "order.h"
+#include "ranks.cuh"
 
 // The whole descriptor, pass by pass as the GPU would run them (each loop: one thread per index). Returns the
 // number of tiles listed; work_seq, work_qtile (items), row_ptr (items + 1), k_tile and kind (room for every
@@ -91,7 +91,7 @@ extern "C" int64_t plan_all(const int64_t* consts, const int64_t* seg_start, con
     return row_ptr[items];
 }
 
-#include "transpose.h"
+#include "transpose.cuh"
 
 // The key descriptor from a forward descriptor, pass by pass (each loop: one thread per key tile). work_seq,
 // work_ktile (keys), col_ptr (keys + 1), q_tile, kind and q_item (the forward's tiles) are the caller's.

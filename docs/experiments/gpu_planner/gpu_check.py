@@ -70,7 +70,7 @@ class Gpu:
 
         self.cupy = cupy
         mod = cupy.RawModule(code=(HERE / "kernels.cu").read_text(), backend="nvrtc",
-                             options=("-std=c++17", f"--include-path={check.NATIVE}"))
+                             options=("-std=c++17", f"--include-path={HERE}", f"--include-path={check.NATIVE}"))
         self.kernels = {name: mod.get_function(name) for name, _ in PASSES}
         self.multiprocessors = cupy.cuda.Device().attributes["MultiProcessorCount"]
 
@@ -230,7 +230,8 @@ def main() -> None:
         if wrong:
             failed += 1
             print(f"{case_id}: {', '.join(wrong)} differ")
-    print(f"{checked} plans checked {'on the CPU (kernels.cu emulated)' if args.cpu else 'on the GPU'}, {failed} differ")
+    where = "on the CPU (kernels.cu emulated)" if args.cpu else "on the GPU"
+    print(f"{checked} plans checked {where}, {failed} differ")
     if args.time and host_us:
         print(f"host: median {statistics.median(host_us):.0f} us per plan (uploads, buffers, launches); "
               f"GPU: median {statistics.median(gpu_us):.0f} us (from the first upload to the last pass)")

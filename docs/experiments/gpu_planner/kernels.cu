@@ -1,15 +1,15 @@
-// The GPU planner's passes as kernels (an experiment; maskc/plan/cpp's tiles.h, order.h and transpose.h hold
-// the logic, which check.py checks on the CPU): each kernel runs one function of one index per thread, and the host
-// launches them in order on one stream, with nothing read back. gpu_check.py builds this with NVRTC (through
-// CuPy) and compares the result with the host planner.
+// The GPU planner's passes as kernels (an experiment; maskc/plan/cpp's tiles.h and order.h, with ranks.cuh and
+// transpose.cuh here, hold the logic, which check.py checks on the CPU): each kernel runs one function of one
+// index per thread, and the host launches them in order on one stream, with nothing read back. gpu_check.py
+// builds this with NVRTC (through CuPy) and compares the result with the host planner.
 //
 // Buffers (the host sizes them from the lengths alone): per query tile g, a slot of `room` key tiles (the most
 // key tiles of a sequence); per item, its sequence, counts, first and last tile, keys, group; per sequence, the
 // query tile base and group base; one word `state` with, in order, none (one past the last key tile visited,
 // set by atomicMax), the number of groups, the head-major run [first, last) of the forward, and the backward's
 // long items of the query and the key descriptors (by_key.long_items).
-#include "order.h"
-#include "transpose.h"
+#include "ranks.cuh"
+#include "transpose.cuh"
 
 using namespace maskc_plan;
 

@@ -1,4 +1,4 @@
-// The backward's key descriptor from the forward's, the GPU's form (see tiles.h; host.cpp has the host's):
+// The backward's key descriptor from the forward's, the GPU's form (maskc/plan/cpp/host.cpp has the host's):
 // maskc/plan/by_key.py's transpose, a function of one key tile per thread: the key tile walks the
 // query tiles of its sequence in ascending order and finds itself in each one's (ascending) key tiles by a
 // binary search, once to count and once to write. No atomics, no sort of the tile-sized arrays; O(query tiles
