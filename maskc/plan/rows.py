@@ -304,7 +304,6 @@ class _Pieces:
 
     gq: np.ndarray  # [P] global q tile
     seg: np.ndarray  # [P] concrete segment (index into the batch's tables)
-    seq: np.ndarray  # [P] sequence
     a: np.ndarray  # [P] first row, in the sequence
     b: np.ndarray  # [P] one past the last row
     per_tile: np.ndarray  # [total q tiles] pieces of each q tile
@@ -328,7 +327,7 @@ def _pieces(batch, ns: np.ndarray, bq: int) -> _Pieces:
     b[-1:] = batch.base[-1] + ns[-1]
     a = cuts - base
     gq = first_tile.take(seq) + a // bq
-    return _Pieces(gq=gq, seg=seg, seq=seq, a=a, b=b - base, per_tile=np.bincount(gq, minlength=tiles))
+    return _Pieces(gq=gq, seg=seg, a=a, b=b - base, per_tile=np.bincount(gq, minlength=tiles))
 
 
 # ---------------------------------------------------------------------------------------------------
