@@ -20,3 +20,14 @@ case "${PART}" in
 timeline)
   (use ${BUILD:-tl}; timeout ${TIMELINE_S:-300} python3 docs/experiments/s28/timeline.py ${TIMELINE_ARGS:-} 2>&1) | tee $OUT/timeline.log ;;
 esac
+# PART=pers (BUILDS="main pers", pers = the persistent dK/dV kernel, branch s28-persistent-dkdv): the backward's GPU
+# tests on pers, then backward probes alternating (ROUNDS rounds), then the item cost on both.
+case "${PART}" in
+pers)
+  (use pers; timeout ${TESTS_S:-240} python3 -m pytest -q -m gpu -n 16 -p no:cacheprovider -W ignore::DeprecationWarning -rf tests/gpu/test_backward.py \
+     > $OUT/pytest-backward-pers.log 2>&1
+   echo "backward tests (pers): $(tail -1 $OUT/pytest-backward-pers.log)"; grep -E "^FAILED" $OUT/pytest-backward-pers.log | head)
+  for round in $(seq ${ROUNDS:-1}); do for b in ${BUILDS}; do (use $b; echo "== $b round $round"; timeout 150 python3 bench/probe.py --backward \
+      ${WORKLOADS:-rm_shared document hstu_jagged causal shared_prompt hstu}) 2>&1 | grep -v -i warn | tee -a $OUT/probes.log; done; done
+  [ "${ITEMCOST:-1}" = 1 ] && for b in ${BUILDS}; do (use $b; echo "== $b"; timeout ${ITEM_S:-120} python3 docs/experiments/s26/item_cost.py 2>&1 | grep -v -i warn) | tee -a $OUT/item-cost.log; done ;;
+esac
