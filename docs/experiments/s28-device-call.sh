@@ -14,8 +14,9 @@ newvalues)
       timeout 60 python3 bench/newvalues_cpu.py --counts 12 64 --workloads document rm_shared hstu_jagged --ahead 2>&1 | tail -4) \
       | tee -a $OUT/newvalues.log; done ;;
 esac
-# PART=timeline (BUILDS=tl, a wheel with docs/experiments/s28/bwd-timeline.patch applied): where a dK/dV CTA's time
-# goes (docs/experiments/s28/timeline.py).
+# PART=timeline (BUILDS=tl, a wheel of the branch s28-timeline = main's kernel with docs/experiments/s28/bwd-timeline.patch):
+# where a dK/dV CTA's time goes (docs/experiments/s28/timeline.py). With BUILDS=tlp BUILD=tlp
+# TIMELINE_ARGS=--persistent: the persistent kernel's pairs (branch s28-timeline-persistent, bwd-timeline-persistent.patch).
 case "${PART}" in
 timeline)
   (use ${BUILD:-tl}; timeout ${TIMELINE_S:-300} python3 docs/experiments/s28/timeline.py ${TIMELINE_ARGS:-} 2>&1) | tee $OUT/timeline.log ;;

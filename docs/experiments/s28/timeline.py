@@ -4,7 +4,12 @@ main). Per CTA: its start, K/V landed, the first step's Q/dO landed, each consum
 stores done, the dQ writer's last reduction done. Per multiprocessor, the gap from one CTA's end to the next
 one's start is the launch's cost.
 
-    python docs/experiments/s28/timeline.py [--lengths 512 2048 32768] [--workloads document rm_shared]
+With --persistent, the stamps of bwd-timeline-persistent.patch (on the persistent kernel of the branch
+s28-persistent-dkdv) instead: per pair (a key item and head), consumer 0's pair seen, K and V landed, the first
+step's Q landed, its loop done, its stores done; per multiprocessor, the gap from one pair's stores to the next
+pair seen.
+
+    python docs/experiments/s28/timeline.py [--persistent] [--lengths 512 2048 32768] [--workloads document rm_shared]
 """
 
 from __future__ import annotations
@@ -36,36 +41,75 @@ class RecordingModule(_RawModule):
 cupy.RawModule = RecordingModule
 
 
-def timeline_buffer():
+def timeline_buffer(shape=(16384, 12)):
     for module in MODULES:
         try:
             ptr = module.get_global("maskc_timeline")
         except Exception:  # a module without the stamps (the forward's)
             continue
-        return cupy.ndarray((16384, 12), dtype=cupy.uint64, memptr=ptr)
+        return cupy.ndarray(shape, dtype=cupy.uint64, memptr=ptr)
     raise SystemExit("no module has maskc_timeline: is the timeline patch applied to this build?")
 
 
-def run(name: str, attn, cu_seqlens, values: dict) -> None:
+def stamps(attn, cu_seqlens, values: dict, shape) -> np.ndarray:
+    """The stamps of one backward call (after three to warm up)."""
     q, k, v, d_out = (torch.randn(N, HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16) for _ in range(4))
     out, lse = attn(q, k, v, cu_seqlens=cu_seqlens, return_lse=True, **values)
     for _ in range(3):
         attn.backward(q, k, v, out, lse, d_out, cu_seqlens=cu_seqlens, **values)
-    buf = timeline_buffer()
+    buf = timeline_buffer(shape)
     buf.fill(0)
     torch.cuda.synchronize()
     attn.backward(q, k, v, out, lse, d_out, cu_seqlens=cu_seqlens, **values)
     torch.cuda.synchronize()
-    t = buf.get()
-    t = t[t[:, 1] != 0].astype(np.int64)
-    sm, start, kv, first_q, end0, end1, stored, dqw, steps, prod, gtime = (t[:, i] for i in range(11))
-    # cycles per ns on this GPU, from the CTAs' starts on each multiprocessor against the global timer
+    return buf.get()
+
+
+def cycles_per_ns(sm, clock, gtime) -> float:
+    """This GPU's clock against the global timer, from stamps of both on each multiprocessor."""
     ratios = []
     for s in np.unique(sm):
         sel = sm == s
         if sel.sum() > 2 and np.ptp(gtime[sel]) > 0:
-            ratios.append(np.ptp(start[sel]) / np.ptp(gtime[sel]))
-    ghz = float(np.median(ratios))
+            ratios.append(np.ptp(clock[sel]) / np.ptp(gtime[sel]))
+    return float(np.median(ratios))
+
+
+def run_persistent(name: str, attn, cu_seqlens, values: dict) -> None:
+    t = stamps(attn, cu_seqlens, values, (65536, 8))
+    t = t[t[:, 1] != 0].astype(np.int64)
+    sm, seen, kv, first_q, loop_end, stored, steps, gtime = (t[:, i] for i in range(8))
+    ghz = cycles_per_ns(sm, seen, gtime)
+    us = lambda c: c / ghz / 1e3  # noqa: E731
+    gaps, busy, span = [], 0, 0
+    for s in np.unique(sm):
+        sel = np.flatnonzero(sm == s)
+        order = sel[np.argsort(seen[sel])]
+        gaps.extend(seen[order[1:]] - stored[order[:-1]])
+        span += stored[order].max() - seen[order].min()
+        busy += (stored[order] - seen[order]).sum()
+    has = steps > 0
+    step_time = (loop_end - first_q)[has] / steps[has]
+    print(f"== {name}: {len(t)} pairs on {len(np.unique(sm))} SMs, {ghz:.3f} cycles/ns, steps a pair median "
+          f"{np.median(steps):.0f} (max {steps.max()}); pairs' own time {busy / span:.1%} of the SMs' span")
+    print(f"   us (median / mean): between pairs {us(np.median(gaps)):.2f} / {us(np.mean(gaps)):.2f}; "
+          f"K and V landed after the pair seen {us(np.median(kv - seen)):.2f} / {us(np.mean(kv - seen)):.2f}; "
+          f"first Q after K/V {us(np.median((first_q - kv)[has])):.2f}; a step {us(np.median(step_time)):.2f}; "
+          f"stores {us(np.median(stored - loop_end)):.2f}")
+    for lo, hi in ((1, 2), (3, 4), (5, 8), (9, 16), (17, 64), (65, 1 << 30)):
+        sel = (steps >= lo) & (steps <= hi)
+        if sel.any():
+            whole = stored[sel] - seen[sel]
+            print(f"   steps {lo:>3d}-{min(hi, steps.max()):<5d} {sel.sum():5d} pairs: whole {us(np.median(whole)):7.2f} us, "
+                  f"a step {us(np.median((loop_end - first_q)[sel] / steps[sel])):5.2f}, before the first step "
+                  f"{us(np.median(first_q[sel] - seen[sel])):5.2f}, after the last {us(np.median(stored[sel] - loop_end[sel])):.2f}")
+
+
+def run(name: str, attn, cu_seqlens, values: dict) -> None:
+    t = stamps(attn, cu_seqlens, values, (16384, 12))
+    t = t[t[:, 1] != 0].astype(np.int64)
+    sm, start, kv, first_q, end0, end1, stored, dqw, steps, prod, gtime = (t[:, i] for i in range(11))
+    ghz = cycles_per_ns(sm, start, gtime)
     us = lambda c: c / ghz / 1e3  # noqa: E731
     loop_end = np.maximum(end0, end1)
     end = np.maximum.reduce([stored, dqw, prod, loop_end])
@@ -100,16 +144,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--lengths", nargs="*", type=int, default=[512, 2048, 32768])
     ap.add_argument("--workloads", nargs="*", default=["document", "rm_shared"])
+    ap.add_argument("--persistent", action="store_true", help="the stamps of bwd-timeline-persistent.patch")
     args = ap.parse_args()
+    report = run_persistent if args.persistent else run
     causal = maskc.load(ROOT / "examples" / "causal.mask", head_dim=HEAD_DIM, dtype="bf16")
     for length in args.lengths:
-        run(f"causal documents of {length}", causal, torch.arange(0, N + 1, length, dtype=torch.int32), {})
+        report(f"causal documents of {length}", causal, torch.arange(0, N + 1, length, dtype=torch.int32), {})
     from harness import make_workload  # noqa: E402
     for name in args.workloads:
         w = make_workload(name, N)
         attn = maskc.load(ROOT / "examples" / f"{name}.mask", head_dim=HEAD_DIM, dtype="bf16", **w.consts)
         cu_seqlens = torch.tensor(np.concatenate([[0], np.cumsum(w.lengths)]), dtype=torch.int32)
-        run(name, attn, cu_seqlens, w.maskc_params())
+        report(name, attn, cu_seqlens, w.maskc_params())
 
 
 if __name__ == "__main__":
