@@ -75,34 +75,47 @@ def cycles_per_ns(sm, clock, gtime) -> float:
     return float(np.median(ratios))
 
 
+def gaps_and_busy(sm, begin, end) -> tuple[list, float]:
+    """Per multiprocessor, the gaps from one unit's end (a CTA's, a pair's) to the next one's begin, and the share
+    of the multiprocessors' spans their units take."""
+    gaps, busy, span = [], 0, 0
+    for s in np.unique(sm):
+        sel = np.flatnonzero(sm == s)
+        order = sel[np.argsort(begin[sel])]
+        gaps.extend(begin[order[1:]] - end[order[:-1]])
+        busy += (end[order] - begin[order]).sum()
+        span += end[order].max() - begin[order].min()
+    return gaps, busy / span
+
+
+def step_buckets(steps):
+    """(first, last, selection) of the units with first..last steps, for each bucket that has any."""
+    for lo, hi in ((1, 2), (3, 4), (5, 8), (9, 16), (17, 64), (65, 1 << 30)):
+        sel = (steps >= lo) & (steps <= hi)
+        if sel.any():
+            yield lo, min(hi, steps.max()), sel
+
+
 def run_persistent(name: str, attn, cu_seqlens, values: dict) -> None:
     t = stamps(attn, cu_seqlens, values, (65536, 8))
     t = t[t[:, 1] != 0].astype(np.int64)
     sm, seen, kv, first_q, loop_end, stored, steps, gtime = (t[:, i] for i in range(8))
     ghz = cycles_per_ns(sm, seen, gtime)
     us = lambda c: c / ghz / 1e3  # noqa: E731
-    gaps, busy, span = [], 0, 0
-    for s in np.unique(sm):
-        sel = np.flatnonzero(sm == s)
-        order = sel[np.argsort(seen[sel])]
-        gaps.extend(seen[order[1:]] - stored[order[:-1]])
-        span += stored[order].max() - seen[order].min()
-        busy += (stored[order] - seen[order]).sum()
+    gaps, busy = gaps_and_busy(sm, seen, stored)
     has = steps > 0
     step_time = (loop_end - first_q)[has] / steps[has]
     print(f"== {name}: {len(t)} pairs on {len(np.unique(sm))} SMs, {ghz:.3f} cycles/ns, steps a pair median "
-          f"{np.median(steps):.0f} (max {steps.max()}); pairs' own time {busy / span:.1%} of the SMs' span")
+          f"{np.median(steps):.0f} (max {steps.max()}); pairs' own time {busy:.1%} of the SMs' span")
     print(f"   us (median / mean): between pairs {us(np.median(gaps)):.2f} / {us(np.mean(gaps)):.2f}; "
           f"K and V landed after the pair seen {us(np.median(kv - seen)):.2f} / {us(np.mean(kv - seen)):.2f}; "
           f"first Q after K/V {us(np.median((first_q - kv)[has])):.2f}; a step {us(np.median(step_time)):.2f}; "
           f"stores {us(np.median(stored - loop_end)):.2f}")
-    for lo, hi in ((1, 2), (3, 4), (5, 8), (9, 16), (17, 64), (65, 1 << 30)):
-        sel = (steps >= lo) & (steps <= hi)
-        if sel.any():
-            whole = stored[sel] - seen[sel]
-            print(f"   steps {lo:>3d}-{min(hi, steps.max()):<5d} {sel.sum():5d} pairs: whole {us(np.median(whole)):7.2f} us, "
-                  f"a step {us(np.median((loop_end - first_q)[sel] / steps[sel])):5.2f}, before the first step "
-                  f"{us(np.median(first_q[sel] - seen[sel])):5.2f}, after the last {us(np.median(stored[sel] - loop_end[sel])):.2f}")
+    for lo, hi, sel in step_buckets(steps):
+        whole = stored[sel] - seen[sel]
+        print(f"   steps {lo:>3d}-{hi:<5d} {sel.sum():5d} pairs: whole {us(np.median(whole)):7.2f} us, "
+              f"a step {us(np.median((loop_end - first_q)[sel] / steps[sel])):5.2f}, before the first step "
+              f"{us(np.median(first_q[sel] - seen[sel])):5.2f}, after the last {us(np.median(stored[sel] - loop_end[sel])):.2f}")
 
 
 def run(name: str, attn, cu_seqlens, values: dict) -> None:
@@ -113,31 +126,22 @@ def run(name: str, attn, cu_seqlens, values: dict) -> None:
     us = lambda c: c / ghz / 1e3  # noqa: E731
     loop_end = np.maximum(end0, end1)
     end = np.maximum.reduce([stored, dqw, prod, loop_end])
-    gaps = []
-    busy, span = 0, 0
-    for s in np.unique(sm):
-        sel = np.flatnonzero(sm == s)
-        order = sel[np.argsort(start[sel])]
-        gaps.extend(start[order[1:]] - end[order[:-1]])
-        busy += (end[order] - start[order]).sum()
-        span += end[order].max() - start[order].min()
+    gaps, busy = gaps_and_busy(sm, start, end)
     step_time = (end0 - first_q) / np.maximum(steps, 1)
     print(f"== {name}: {len(t)} CTAs on {len(np.unique(sm))} SMs, {ghz:.3f} cycles/ns, steps a CTA "
-          f"median {np.median(steps):.0f} (min {steps.min()}, max {steps.max()}), SMs busy {busy / span:.1%} of their span")
+          f"median {np.median(steps):.0f} (min {steps.min()}, max {steps.max()}), SMs busy {busy:.1%} of their span")
     print(f"   us (median / mean): launch gap {us(np.median(gaps)):.2f} / {us(np.mean(gaps)):.2f}; "
           f"K/V landed {us(np.median(kv - start)):.2f} / {us(np.mean(kv - start)):.2f}; "
           f"first Q landed {us(np.median(first_q - start)):.2f}; "
           f"loop a step {us(np.median(step_time)):.2f}; consumers' ends apart {us(np.median(np.abs(end0 - end1))):.2f}; "
           f"stores {us(np.median(stored - end0)):.2f}; dQ writer after the loop {us(np.median(dqw - loop_end)):.2f}; "
           f"producer done before loop end {us(np.median(loop_end - prod)):.2f}")
-    for lo, hi in ((1, 2), (3, 4), (5, 8), (9, 16), (17, 64), (65, 1 << 30)):
-        sel = (steps >= lo) & (steps <= hi)
-        if sel.any():
-            whole = end[sel] - start[sel]
-            print(f"   steps {lo:>3d}-{min(hi, steps.max()):<5d} {sel.sum():5d} CTAs: whole {us(np.median(whole)):7.2f} us, "
-                  f"per step in the loop {us(np.median(step_time[sel])):5.2f}, outside the loop "
-                  f"{us(np.median(whole - (end0[sel] - first_q[sel]))):5.2f} (to first Q {us(np.median(first_q[sel] - start[sel])):.2f}, "
-                  f"after {us(np.median(end[sel] - end0[sel])):.2f})")
+    for lo, hi, sel in step_buckets(steps):
+        whole = end[sel] - start[sel]
+        print(f"   steps {lo:>3d}-{hi:<5d} {sel.sum():5d} CTAs: whole {us(np.median(whole)):7.2f} us, "
+              f"per step in the loop {us(np.median(step_time[sel])):5.2f}, outside the loop "
+              f"{us(np.median(whole - (end0[sel] - first_q[sel]))):5.2f} (to first Q {us(np.median(first_q[sel] - start[sel])):.2f}, "
+              f"after {us(np.median(end[sel] - end0[sel])):.2f})")
 
 
 def main() -> None:
