@@ -175,6 +175,7 @@ class KernelFamily:
     producer_registers: int = 0
     consumer_registers: int = 0
     kv_stage_choices: tuple[int, ...] = ()  # K/V pipeline depths the template supports (option kv_stages)
+    stage_o: bool = False  # the forward may write O through shared memory (o_staged)
     backward: tuple[BackwardKernels, ...] = ()  # the backward passes it offers, the default first
 
     @property
@@ -190,8 +191,16 @@ class KernelFamily:
         """Q tiles in shared memory: `q_buffers`, or fewer where they would not fit (head dim 256)."""
         return next((q for q in range(self.q_buffers, 1, -1) if self._bytes(options, q) <= MAX_SHARED_BYTES), 1)
 
+    def o_staged(self, options: KernelOptions) -> bool:
+        """Whether the forward writes O through shared memory, a Q tile of it beside the pipeline's tiles (the
+        families that `stage_o`, where that fits: not at head dim 256), so that a warp stores whole rows. Straight
+        from the accumulators, each of a warp's stores covers 16 bytes of 8 rows, half a 32-byte sector each."""
+        q_tile = options.block_q * options.head_dim * ELEMENT_BYTES
+        return self.stage_o and self._bytes(options, self.q_stages(options)) + q_tile <= MAX_SHARED_BYTES
+
     def shared_memory_bytes(self, options: KernelOptions) -> int:
-        return self._bytes(options, self.q_stages(options))
+        staging = options.block_q * options.head_dim * ELEMENT_BYTES if self.o_staged(options) else 0
+        return self._bytes(options, self.q_stages(options)) + staging
 
     def _bytes(self, options: KernelOptions, q_tiles: int) -> int:
         """Shared memory for q_tiles Q tiles, the K and V tiles of the pipeline, and the extra bytes."""
@@ -236,6 +245,7 @@ SM90A = KernelFamily(
     forward_args=abi.SM90A_FORWARD_ARGS,
     min_run=8,
     kv_stage_choices=(2, 3),
+    stage_o=True,
     producer_registers=24,
     consumer_registers=240,
     # The fused pass where it applies (head dim 128: 1.04-1.11x the Hopper pair end to end on the H200), else

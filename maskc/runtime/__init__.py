@@ -1044,8 +1044,9 @@ def _outputs(tq: _Tensor, out, lse, lse_shape) -> tuple[_Tensor, _Tensor]:
         if to.shape != tq.shape or to.dtype != tq.dtype or to.device != tq.device or to.library != tq.library:
             raise ValueError(f"out must be like q ({tq.library}, {tq.dtype}, {list(tq.shape)}), got "
                              f"{to.library}, {to.dtype}, {list(to.shape)}")
-        if to.strides[-1] != 1 or to.ptr % 4 or any(s % 2 for s in to.strides[:-1]):
-            raise ValueError("out's last dimension must be contiguous and its rows 4-byte aligned")
+        if not rows_aligned(to.ptr, to.strides):  # (the kernels write O 16 bytes at a time, as they read q)
+            raise ValueError("out's last dimension must be contiguous and its rows 16-byte aligned (data pointer and "
+                             "strides multiples of 8 elements)")
         if _overlapping(to.shape, to.strides):
             raise ValueError(f"out's rows overlap in memory (strides {list(to.strides)} for shape {list(to.shape)}): "
                              "the kernel would write several of them to one place")
