@@ -263,6 +263,7 @@ def test_long_chains_are_balanced_and_evaluate_every_operand(rule, host_dir):
 def test_hopper_pipeline_depth_is_an_option_checked_against_shared_memory():
     options = KernelOptions(arch="sm_90a", kv_stages=3)
     assert options.family.q_stages(options) == 1  # three K/V stages leave room for one Q tile at hd 128
+    assert not options.family.o_staged(options)  # and no room to stage O
     assert options.family.shared_memory_bytes(options) <= 227 * 1024
     assert "maskc_causal_fwd_sm90a_hd128_bf16_s3" in compiled("causal", options).source
     for bad in ({"kv_stages": 4}, {"kv_stages": 3, "head_dim": 256}):
@@ -270,6 +271,21 @@ def test_hopper_pipeline_depth_is_an_option_checked_against_shared_memory():
             KernelOptions(arch="sm_90a", **bad)
     with pytest.raises(ValueError, match="kv_stages must be one of"):
         KernelOptions(arch="sm_90", kv_stages=3)
+
+
+@pytest.mark.parametrize("head_dim, staged", [(64, True), (128, True), (256, False)])
+def test_hopper_forward_stages_o_in_shared_memory_where_a_tile_more_fits(head_dim, staged):
+    """O leaves the Hopper forward through a Q tile of shared memory beside two Q stages and the K/V pipeline,
+    where that fits (not at head dim 256); the kernel's shared memory counts it."""
+    options = KernelOptions(arch="sm_90a", head_dim=head_dim)
+    family = options.family
+    assert family.q_stages(options) == (1 if head_dim == 256 else 2)
+    assert family.o_staged(options) == staged
+    tiles = family._bytes(options, family.q_stages(options))
+    assert family.shared_memory_bytes(options) == tiles + (options.block_q * head_dim * 2 if staged else 0) <= MAX_SHARED_BYTES
+    assert f"O_STAGED = {'true' if staged else 'false'};" in compiled("causal", options).source
+    sm80 = KernelOptions(arch="sm_80", head_dim=128)
+    assert not sm80.family.o_staged(sm80)
 
 
 @pytest.mark.parametrize("arch, family", [("sm_80", "sm80"), ("sm_90a", "sm90a")])

@@ -231,7 +231,7 @@ def test_a_layer_whose_tensors_the_kernels_cannot_read_is_refused_not_re_pointed
 def test_strides_the_kernels_cannot_follow_are_refused(fake, arch):
     # The Hopper kernels read q, k and v through TMA maps, which take positive strides only: an expanded k (MQA
     # written as k.expand) or a flipped q is refused, not read from the wrong place. The portable kernel follows
-    # any stride. An out= whose rows overlap is refused by both.
+    # any stride. An out= whose rows overlap, or are not 16-byte aligned, is refused by both.
     attn = maskc.load(CAUSAL, arch=arch, head_dim=128, dtype="fp16")
     record = fake(attn)
     q, k, v, out, *_ = _inputs(128, True)
@@ -247,6 +247,9 @@ def test_strides_the_kernels_cannot_follow_are_refused(fake, arch):
     overlapping = ndarray((N, HEADS, 128), strides=(0, 256, 2), ptr=out.data.ptr)
     with pytest.raises(ValueError, match="out's rows overlap"):
         attn(q, k, v, cu_seqlens=cu, out=overlapping)
+    shifted = ndarray(out.shape, ptr=out.data.ptr + 4)  # rows 4-byte aligned: the kernels write O 16 bytes at a time
+    with pytest.raises(ValueError, match="out's .* rows 16-byte aligned"):
+        attn(q, k, v, cu_seqlens=cu, out=shifted)
     assert len(record.launches) == (0 if arch == "sm_90a" else 2)
 
 
