@@ -2,7 +2,9 @@
 # Device calls of the twenty-ninth session. Wheels as for s26-device-call.sh (`pip wheel . --no-deps -w
 # .whl/<build>`, lark and click in .whl/deps); carry .whl.
 # PART=compare (BUILDS="main stg", TEST=stg): the backward's GPU tests on TEST, then backward probes (and forward
-# ones with FORWARD=1; BACKWARD=0: none of the backward's) alternating over BUILDS for ROUNDS rounds, then the item cost on each build (ITEMCOST=1).
+# ones with FORWARD=1; BACKWARD=0: none of the backward's; PROBE_ARGS: more of bench/probe.py's options, e.g.
+# "--head-dim 64" or "--backward-kernels hopper") alternating over BUILDS for ROUNDS rounds, then the item cost on
+# each build (ITEMCOST=1).
 # PART=suite (BUILD): the whole GPU suite. PART=table (BUILD): issue 6's table (bench/harness.py --backward).
 source docs/experiments/device-builds.sh  # (the GPU line, BUILDS installed, use BUILD)
 case "${PART:-compare}" in
@@ -11,8 +13,8 @@ compare)
       -rf ${TESTS:-tests/gpu/test_backward.py} > $OUT/pytest-$TEST.log 2>&1
     echo "tests ($TEST): $(tail -1 $OUT/pytest-$TEST.log)"; grep -E "^FAILED" $OUT/pytest-$TEST.log | head)
   for round in $(seq ${ROUNDS:-2}); do for b in ${BUILDS}; do (use $b; echo "== $b round $round"
-      [ "${FORWARD:-0}" = 1 ] && timeout 150 python3 bench/probe.py ${WORKLOADS:-rm_shared document hstu_jagged causal shared_prompt hstu}
-      [ "${BACKWARD:-1}" = 1 ] && timeout 150 python3 bench/probe.py --backward ${WORKLOADS:-rm_shared document hstu_jagged causal shared_prompt hstu}) 2>&1 \
+      [ "${FORWARD:-0}" = 1 ] && timeout 150 python3 bench/probe.py ${PROBE_ARGS:-} ${WORKLOADS:-rm_shared document hstu_jagged causal shared_prompt hstu}
+      [ "${BACKWARD:-1}" = 1 ] && timeout 150 python3 bench/probe.py --backward ${PROBE_ARGS:-} ${WORKLOADS:-rm_shared document hstu_jagged causal shared_prompt hstu}) 2>&1 \
       | grep -v -i warn | tee -a $OUT/probes.log; done; done
   [ "${ITEMCOST:-0}" = 1 ] && for b in ${BUILDS}; do (use $b; echo "== $b"; timeout ${ITEM_S:-120} python3 docs/experiments/s26/item_cost.py 2>&1 | grep -v -i warn) | tee -a $OUT/item-cost.log; done ;;
 suite)
