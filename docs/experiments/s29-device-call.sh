@@ -19,6 +19,7 @@ compare)
       [ "${FORWARD:-0}" = 1 ] && timeout 150 python3 bench/probe.py ${PROBE_ARGS:-} ${WORKLOADS:-rm_shared document hstu_jagged causal shared_prompt hstu}
       [ "${BACKWARD:-1}" = 1 ] && timeout 150 python3 bench/probe.py --backward ${PROBE_ARGS:-} ${WORKLOADS:-rm_shared document hstu_jagged causal shared_prompt hstu}) 2>&1 \
       | grep -v -i warn | tee -a $OUT/probes.log; done; done
+  python3 docs/experiments/s29/summarize_probes.py $OUT/probes.log | tee $OUT/probes-summary.txt
   [ "${ITEMCOST:-0}" = 1 ] && for b in ${BUILDS}; do (use $b; echo "== $b"; timeout ${ITEM_S:-120} python3 docs/experiments/s26/item_cost.py 2>&1 | grep -v -i warn) | tee -a $OUT/item-cost.log; done ;;
 suite)
   (use ${BUILD:-main}; timeout ${SUITE_S:-540} python3 -m pytest -q -m gpu -n 16 -p no:cacheprovider -W ignore::DeprecationWarning -rf tests/gpu \
