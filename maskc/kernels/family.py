@@ -195,12 +195,16 @@ class KernelFamily:
         """Whether the forward writes O through shared memory, a Q tile of it beside the pipeline's tiles (the
         families that `stage_o`, where that fits: not at head dim 256), so that a warp stores whole rows. Straight
         from the accumulators, each of a warp's stores covers 16 bytes of 8 rows, half a 32-byte sector each."""
-        q_tile = options.block_q * options.head_dim * ELEMENT_BYTES
-        return self.stage_o and self._bytes(options, self.q_stages(options)) + q_tile <= MAX_SHARED_BYTES
+        return self._o_staging_bytes(options, self._bytes(options, self.q_stages(options))) > 0
 
     def shared_memory_bytes(self, options: KernelOptions) -> int:
-        staging = options.block_q * options.head_dim * ELEMENT_BYTES if self.o_staged(options) else 0
-        return self._bytes(options, self.q_stages(options)) + staging
+        tiles = self._bytes(options, self.q_stages(options))
+        return tiles + self._o_staging_bytes(options, tiles)
+
+    def _o_staging_bytes(self, options: KernelOptions, tiles: int) -> int:
+        """A Q tile for O where the family stages it and it fits beside `tiles` bytes, else 0."""
+        q_tile = options.block_q * options.head_dim * ELEMENT_BYTES
+        return q_tile if self.stage_o and tiles + q_tile <= MAX_SHARED_BYTES else 0
 
     def _bytes(self, options: KernelOptions, q_tiles: int) -> int:
         """Shared memory for q_tiles Q tiles, the K and V tiles of the pipeline, and the extra bytes."""
