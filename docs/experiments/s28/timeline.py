@@ -153,15 +153,21 @@ def main() -> None:
     ap.add_argument("--persistent", action="store_true", help="the stamps of bwd-timeline-persistent.patch")
     args = ap.parse_args()
     report = run_persistent if args.persistent else run
+    for call in each_call(args.lengths, args.workloads):
+        report(*call)
+
+
+def each_call(lengths, workloads):
+    """(name, attn, cu_seqlens, runtime values): equal causal documents of each length, then each workload."""
     causal = maskc.load(ROOT / "examples" / "causal.mask", head_dim=HEAD_DIM, dtype="bf16")
-    for length in args.lengths:
-        report(f"causal documents of {length}", causal, torch.arange(0, N + 1, length, dtype=torch.int32), {})
+    for length in lengths:
+        yield f"causal documents of {length}", causal, torch.arange(0, N + 1, length, dtype=torch.int32), {}
     from harness import make_workload  # noqa: E402
-    for name in args.workloads:
+    for name in workloads:
         w = make_workload(name, N)
         attn = maskc.load(ROOT / "examples" / f"{name}.mask", head_dim=HEAD_DIM, dtype="bf16", **w.consts)
         cu_seqlens = torch.tensor(np.concatenate([[0], np.cumsum(w.lengths)]), dtype=torch.int32)
-        report(name, attn, cu_seqlens, w.maskc_params())
+        yield name, attn, cu_seqlens, w.maskc_params()
 
 
 if __name__ == "__main__":

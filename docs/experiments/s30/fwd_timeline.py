@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "docs" / "experiments" / "s28"))
 
-from timeline import MODULES, cycles_per_ns  # noqa: E402  (its import records every RawModule made after it)
+from timeline import MODULES, cycles_per_ns, each_call  # noqa: E402  (its import records every RawModule made after it)
 
 ROWS, SLOTS = 65536, 12
 
@@ -102,19 +102,11 @@ def main() -> None:
     ap.add_argument("--lengths", nargs="*", type=int, default=[512, 2048, 32768])
     ap.add_argument("--workloads", nargs="*", default=["document", "rm_shared"])
     args = ap.parse_args()
-    causal = maskc.load(ROOT / "examples" / "causal.mask", head_dim=HEAD_DIM, dtype="bf16")
-    for length in args.lengths:
-        run(f"causal documents of {length}", causal, torch.arange(0, N + 1, length, dtype=torch.int32), {})
+    for call in each_call(args.lengths, args.workloads):
+        run(*call)
     full = maskc.load(ROOT / "examples" / "full.mask", head_dim=HEAD_DIM, dtype="bf16")
     for length in args.lengths[:1]:  # documents without a partial tile: every tile full
         run(f"full documents of {length}", full, torch.arange(0, N + 1, length, dtype=torch.int32), {})
-    from harness import make_workload
-    for name in args.workloads:
-        w = make_workload(name, N)
-        attn = maskc.load(ROOT / "examples" / f"{name}.mask", head_dim=HEAD_DIM, dtype="bf16", **w.consts)
-        cu_seqlens = torch.tensor(np.concatenate([[0], np.cumsum(w.lengths)]), dtype=torch.int32)
-        run(name, attn, cu_seqlens, w.maskc_params())
-
 
 if __name__ == "__main__":
     main()
