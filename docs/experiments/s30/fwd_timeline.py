@@ -108,5 +108,6 @@ def main() -> None:
     for length in args.lengths[:1]:  # documents without a partial tile: every tile full
         run(f"full documents of {length}", full, torch.arange(0, N + 1, length, dtype=torch.int32), {})
 
+
 if __name__ == "__main__":
     main()
