@@ -201,6 +201,25 @@ def test_the_hopper_forward_runs_its_softmax_under_its_own_p_v(name, head_dim, c
     assert overlapped and min(overlapped) >= exponentials, overlapped
 
 
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+def test_the_hopper_kernels_copy_o_dk_and_dv_out_16_bytes_a_store(direction, cache):
+    """The sm_90a forward stages O, and the fused dK/dV kernel dK and dV, in shared memory so that a warp stores whole
+    rows 16 bytes a thread. NVVM once compiled those 16-byte copies into four 4-byte stores (`STG.E` at +0x4, +0x8,
+    +0xc), correct and a quarter as wide (docs/training.md, thirtieth session): only the SASS shows it."""
+    tools = _sass_tools()
+    if tools is None:
+        pytest.skip("no cuobjdump and nvdisasm (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+    cuobjdump, env = tools
+    c = compile_file(EXAMPLES / "document.mask", KernelOptions(arch="sm_90a"), SMALL["document"][0])
+    name = c.name if direction == "fwd" else next(n for n in c.backward_names if "dkdv" in n)
+    run = subprocess.run([cuobjdump, "-sass", "-fun", name, str(c.build("cubin", direction).path)],
+                         capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr
+    stores = re.findall(r"STG\.E(\.128)? [^;]*?(\+0x[0-9a-f]+)?\]", run.stdout)
+    assert sum(width == ".128" for width, _ in stores) >= 8, stores
+    assert not [offset for width, offset in stores if width == "" and offset in ("+0x4", "+0x8", "+0xc")], stores
+
+
 def test_backward_kernels_built_ahead_are_the_ones_a_backward_gets(tmp_path, monkeypatch):
     monkeypatch.setenv("MASKC_CACHE_DIR", str(tmp_path))
     c = compile_file(EXAMPLES / "causal.mask", KernelOptions(arch="sm_90a"))
