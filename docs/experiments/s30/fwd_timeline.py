@@ -5,7 +5,8 @@ s30-fwd-timeline: the patch is not on main).
 The item cost (docs/experiments/s26/item_cost.py) prices a forward item at ~3 full tiles of the GPU's time beyond
 its tiles (H200, 2026-12-06: 39.0 ns, a full tile 13.4 ns), a sixth of document's forward. Per pair (a query tile
 and head), consumer 0's stamps: Q seen, the first K landed, the first S landed, its loop done (and consumer 1's),
-its epilogue (O and LSE written) done; the producer's: the claim of the pair (start, end) and its Q load issued.
+its epilogue (O and LSE written) done, and inside the epilogue each barrier and the staging; the producer's: the
+claim of the pair (start, end), its Q load and its first K load issued.
 Per multiprocessor, the gap from one pair's epilogue to the next pair's Q seen.
 
     python docs/experiments/s30/fwd_timeline.py [--lengths 512 2048 32768] [--workloads document rm_shared]
@@ -30,7 +31,7 @@ sys.path.insert(0, str(ROOT / "docs" / "experiments" / "s28"))
 
 from timeline import MODULES, cycles_per_ns, each_call  # noqa: E402  (its import records every RawModule made after it)
 
-ROWS, SLOTS = 65536, 12
+ROWS, SLOTS = 65536, 16
 
 
 def stamps(attn, cu_seqlens, values: dict) -> np.ndarray:
@@ -56,8 +57,9 @@ def stamps(attn, cu_seqlens, values: dict) -> np.ndarray:
 
 def run(name: str, attn, cu_seqlens, values: dict) -> None:
     t = stamps(attn, cu_seqlens, values).astype(np.int64)
-    t = t[(t[:, 1] != 0) & (t[:, 6] != 0)]
+    t = t[(t[:, 1] != 0) & (t[:, 4] != 0) & (t[:, 6] != 0)]  # (an item without key tiles has no loop)
     sm, seen, k_first, first_s, end0, end1, epi, tiles, gtime, claim0, claim1, q_issued = (t[:, i] for i in range(12))
+    k_issued, epi_barrier, epi_staged, epi_barrier2 = (t[:, i] for i in range(12, 16))
     ghz = cycles_per_ns(sm, seen, gtime)
     us = lambda c: np.median(c) / ghz / 1e3  # noqa: E731
     # Per multiprocessor, in order: the gap from a pair's epilogue to the next one seen, and what the next one's
@@ -84,6 +86,10 @@ def run(name: str, attn, cu_seqlens, values: dict) -> None:
           f"first S landed {us(first_s - k_first):.2f}; loop ends apart {us(np.abs(end0 - end1)):.2f}; epilogue "
           f"{us(epi - end0):.2f}; epilogue -> next Q seen {us(np.array(gaps)):.2f}")
     claimed = claim1 != 0  # (a CTA's first pair is its block index, not claimed)
+    print(f"   epilogue (us, median): first barrier {us(epi_barrier - end0):.2f}, O and LSE staged "
+          f"{us(epi_staged - epi_barrier):.2f}, second barrier {us(epi_barrier2 - epi_staged):.2f}, copies "
+          f"{us(epi - epi_barrier2):.2f}; the item's first K issued -> landed {us(k_first - k_issued):.2f} "
+          f"(issued {us(k_issued - q_issued):.2f} after its Q)")
     print(f"   producer (us, median): a claim {us((claim1 - claim0)[claimed]):.2f}; next claim done "
           f"{us(np.array(claim_after_loop)):+.2f} and next Q issued {us(np.array(q_after_loop)):+.2f} from the loop's end")
     for lo, hi in ((1, 1), (2, 2), (3, 4), (5, 8), (9, 32), (33, 1 << 30)):
