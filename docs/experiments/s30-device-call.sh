@@ -7,6 +7,10 @@
 # the item cost of each with ITEMCOST=1), ROUNDS each.
 # Any other PART: docs/experiments/s29-device-call.sh's.
 case "${PART:-compare}" in
+fwdtimeline)
+  source docs/experiments/device-builds.sh
+  (use ${BUILD:-ftl}; timeout ${TIMELINE_S:-300} python3 docs/experiments/s30/fwd_timeline.py ${TIMELINE_ARGS:-} 2>&1) \
+    | grep -v -i warn | tee $OUT/fwd-timeline.log ;;
 both)
   mkdir -p $OUT/bwd $OUT/fwd
   OUT=$OUT/bwd ITEMCOST=0 PART=compare BUILDS="${BWD_BUILDS:-main ps}" TEST=${BWD_TEST:-main} TESTS="tests/gpu/test_kernels.py tests/gpu/test_backward.py" \
