@@ -41,16 +41,21 @@ class RecordingModule(_RawModule):
 cupy.RawModule = RecordingModule
 
 
-def timeline_buffer(shape=(16384, 12)):
-    # The newest module with the stamps: the mask timed last (each mask's kernels have a buffer of their own; the
-    # first one found, causal's, had left the workloads' rows all zero and the analysis dividing by zero).
+def module_globals(shapes: dict) -> dict:
+    """The u64 arrays `shapes` names ({name: shape}) in the newest module that has them all: the mask timed last (each
+    mask's kernels have buffers of their own; the first one found, causal's, had left the workloads' rows all zero and
+    the analysis dividing by zero)."""
     for module in reversed(MODULES):
         try:
-            ptr = module.get_global("maskc_timeline")
-        except Exception:  # a module without the stamps (the forward's)
+            return {name: cupy.ndarray(shape, dtype=cupy.uint64, memptr=module.get_global(name))
+                    for name, shape in shapes.items()}
+        except Exception:  # a module without them (the forward's, for the backward's stamps)
             continue
-        return cupy.ndarray(shape, dtype=cupy.uint64, memptr=ptr)
-    raise SystemExit("no module has maskc_timeline: is the timeline patch applied to this build?")
+    raise SystemExit(f"no module has {', '.join(shapes)}: is the experiment's patch applied to this build?")
+
+
+def timeline_buffer(shape=(16384, 12)):
+    return module_globals({"maskc_timeline": shape})["maskc_timeline"]
 
 
 def stamps(attn, cu_seqlens, values: dict, shape) -> np.ndarray:

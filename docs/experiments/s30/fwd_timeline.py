@@ -18,7 +18,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import cupy
 import numpy as np
 import torch
 
@@ -29,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "docs" / "experiments" / "s28"))
 
-from timeline import MODULES, cycles_per_ns, each_call  # noqa: E402  (its import records every RawModule made after it)
+from timeline import cycles_per_ns, each_call, timeline_buffer  # noqa: E402  (its import records every RawModule made after it)
 
 ROWS, SLOTS = 65536, 16
 
@@ -39,15 +38,7 @@ def stamps(attn, cu_seqlens, values: dict) -> np.ndarray:
     q, k, v = (torch.randn(N, HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     for _ in range(3):
         attn(q, k, v, cu_seqlens=cu_seqlens, **values)
-    for module in reversed(MODULES):
-        try:
-            ptr = module.get_global("maskc_timeline")
-            break
-        except Exception:
-            continue
-    else:
-        raise SystemExit("no module has maskc_timeline: is the timeline patch applied to this build?")
-    buf = cupy.ndarray((ROWS, SLOTS), dtype=cupy.uint64, memptr=ptr)
+    buf = timeline_buffer((ROWS, SLOTS))
     buf.fill(0)
     torch.cuda.synchronize()
     attn(q, k, v, cu_seqlens=cu_seqlens, **values)

@@ -16,24 +16,13 @@ import argparse
 import sys
 from pathlib import Path
 
-import cupy
 import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "docs" / "experiments" / "s28"))
 
-from timeline import HEAD_DIM, MODULES, N, each_call  # noqa: E402  (its import records every RawModule made after it)
-
-
-def module_globals(shapes: dict) -> dict:
-    for module in reversed(MODULES):
-        try:
-            return {name: cupy.ndarray(shape, dtype=cupy.uint64, memptr=module.get_global(name))
-                    for name, shape in shapes.items()}
-        except Exception:  # a module without the stamps (the forward's)
-            continue
-    raise SystemExit("no module has maskc_waits: is a waits patch applied to this build?")
+from timeline import HEAD_DIM, N, each_call, module_globals  # noqa: E402  (its import records every RawModule made after it)
 
 
 def run(name: str, attn, cu_seqlens, values: dict, persistent: bool) -> None:
