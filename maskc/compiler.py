@@ -234,7 +234,7 @@ class CompiledMask:
         hit = self._key_tables.get(id(desc))
         if hit is not None and hit[0] is desc:
             return hit[1]
-        result = key_tables(by_key(desc), tables.kinds.dtype)
+        result = key_tables(by_key(desc, stagger=self.options.backward.fused), tables.kinds.dtype)
         self._keep_key_tables(desc, result)
         return result
 

@@ -10,7 +10,7 @@ import pytest
 from small_configs import SMALL
 from test_plan import example
 
-from maskc.plan.by_key import LONG_ITEM_SHARES, by_key, long_items
+from maskc.plan.by_key import LONG_ITEM_SHARES, by_key, long_items, staggered
 from maskc.plan.planner import TileConfig, plan
 from maskc.tools.reference import attention, attention_backward, simulate_backward
 
@@ -23,7 +23,10 @@ def check_transpose(desc, key_desc) -> None:
     backward = set()
     for w in range(len(key_desc.work_seq)):
         q_tiles = key_desc.q_tile[key_desc.col_ptr[w]:key_desc.col_ptr[w + 1]]
-        assert (np.diff(q_tiles) > 0).all(), "query tiles ascend inside a key tile's list"
+        # ascending, or (staggered) ascending from some query tile on and wrapping around once
+        descents = np.flatnonzero(np.diff(q_tiles) <= 0)
+        assert len(descents) == 0 or (len(descents) == 1 and q_tiles[-1] < q_tiles[0]), \
+            "query tiles ascend inside a key tile's list, from where it starts"
         for j in range(key_desc.col_ptr[w], key_desc.col_ptr[w + 1]):
             backward.add((int(key_desc.work_seq[w]), int(key_desc.q_tile[j]), int(key_desc.work_ktile[w]),
                           int(key_desc.kind[j])))
@@ -44,6 +47,31 @@ def test_key_descriptor_is_the_transpose(name, config):
     compiled, values, layouts, _ = example(name)
     desc = plan(compiled.program, layouts, values, config)
     check_transpose(desc, by_key(desc))
+    check_transpose(desc, by_key(desc, stagger=True))
+
+
+def first_tiles(key_desc) -> list[int]:
+    ptr = key_desc.col_ptr
+    return [int(key_desc.q_tile[ptr[w]]) for w in range(len(ptr) - 1) if ptr[w + 1] > ptr[w]]
+
+
+def test_stagger_spreads_lists_that_start_together():
+    # full attention: every key tile's list holds every query tile; staggered, each starts at its diagonal
+    compiled, values, layouts, _ = example("full")
+    desc = plan(compiled.program, layouts[:1], values[:1], TileConfig(16, 8))  # n = 100: 7 query tiles, 13 key tiles
+    assert first_tiles(by_key(desc)) == [0] * 13
+    assert first_tiles(by_key(desc, stagger=True)) == [k * 8 // 16 for k in range(13)]
+    # prefix_lm: only the prefix's key tiles (seen by every query from the first on) are rotated
+    compiled, values, layouts, _ = example("prefix_lm")
+    desc = plan(compiled.program, layouts, values, TileConfig(16, 16))  # n = 300, prefix 45: 3 prefix key tiles
+    plain, spread = by_key(desc), by_key(desc, stagger=True)
+    assert first_tiles(plain)[:3] == [0, 0, 0] and first_tiles(spread)[:3] == [0, 1, 2]
+    assert first_tiles(spread)[3:] == first_tiles(plain)[3:]
+    # causal on square tiles (the Hopper backward's): each list starts at its own diagonal already; nothing changes
+    compiled, values, layouts, _ = example("causal")
+    desc = plan(compiled.program, layouts, values, TileConfig(16, 16))
+    same = by_key(desc)
+    assert staggered(same, desc.config) is same
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["pair", "fused"])

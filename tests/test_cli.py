@@ -816,8 +816,8 @@ def test_run_backward_on_the_cpu_checks_the_gradients_model(run):
 def test_run_backward_fails_on_a_wrong_key_descriptor(run, monkeypatch):
     by_key = trial.by_key
 
-    def forgetful(desc):  # lose the last query tile of every key tile
-        kd = by_key(desc)
+    def forgetful(desc, stagger=False):  # lose the last query tile of every key tile
+        kd = by_key(desc, stagger)
         keep = np.ones(len(kd.q_tile), dtype=bool)
         keep[kd.col_ptr[1:][np.diff(kd.col_ptr) > 0] - 1] = False
         counts = np.diff(kd.col_ptr) - (np.diff(kd.col_ptr) > 0)

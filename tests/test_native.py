@@ -37,16 +37,16 @@ def check_same(compiled, values, layouts, config) -> None:
     """The C++ planner's descriptor and key descriptor are the numpy planner's, byte for byte."""
     with numpy_only():
         theirs = plan(compiled.program, layouts, values, config)
-        their_keys = by_key(theirs)
+        their_keys = [by_key(theirs), by_key(theirs, stagger=True)]
     mine = plan(compiled.program, layouts, values, config)
     for name in DESCRIPTOR_ARRAYS:
         a, b = getattr(mine, name), getattr(theirs, name)
         assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name
     assert [getattr(mine.stats, s) for s in STATS] == [getattr(theirs.stats, s) for s in STATS]
-    my_keys = by_key(mine)
-    for name in KEY_ARRAYS:
-        a, b = getattr(my_keys, name), getattr(their_keys, name)
-        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), f"key descriptor's {name}"
+    for my_keys, their in zip([by_key(mine), by_key(mine, stagger=True)], their_keys):
+        for name in KEY_ARRAYS:
+            a, b = getattr(my_keys, name), getattr(their, name)
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), f"key descriptor's {name}"
 
 
 @needs_compiler

@@ -8,20 +8,20 @@ descriptor, never planned again: one planning per runtime values serves both pas
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from maskc.plan import native
 from maskc.plan.arrays import stable_order
-from maskc.plan.planner import Descriptor
+from maskc.plan.planner import Descriptor, TileConfig
 
 
 @dataclass(frozen=True)
 class KeyDescriptor:
     """CSR of query tiles per key tile, every key tile of every sequence listed once (a key tile no query
     sees is a work item with no query tiles: its dK and dV are zeros), most work first, query tiles
-    ascending inside each."""
+    ascending inside each (or, `staggered`, a rotation of that)."""
 
     work_seq: np.ndarray  # int32 [W]: the sequence of each work item (one key tile)
     work_ktile: np.ndarray  # int32 [W]: the key tile inside its sequence
@@ -43,13 +43,13 @@ class KeyDescriptor:
 LONG_ITEM_SHARES = 2
 
 
-def by_key(desc: Descriptor) -> KeyDescriptor:
-    """The transpose of `desc`. Its arrays have a tile's entry each (65,536 for full attention at 32K), and its
-    time was half page faults: glibc gave the freed temporaries back to the OS and faulted them in again at the
-    next call. So they are few, 32-bit where the values allow, and computed in place where they can be. The C++
-    planner (plan/native.py), where it is built, makes the same arrays in a pass over the tiles."""
+def by_key(desc: Descriptor, stagger: bool = False) -> KeyDescriptor:
+    """The transpose of `desc` (`staggered` with `stagger`). Its arrays have a tile's entry each (65,536 for full
+    attention at 32K), and its time was half page faults: glibc gave the freed temporaries back to the OS and
+    faulted them in again at the next call. So they are few, 32-bit where the values allow, and computed in place
+    where they can be. The C++ planner (plan/native.py), where it is built, makes the same arrays in a pass over the tiles."""
     lib = native.library()
-    made = native.key_descriptor(lib, desc) if lib is not None else None
+    made = native.key_descriptor(lib, desc, stagger) if lib is not None else None
     if made is not None:
         return KeyDescriptor(*made)
     k_base = desc.blocks.tile_base("k")  # global key tile of tile 0 per sequence
@@ -78,7 +78,7 @@ def by_key(desc: Descriptor) -> KeyDescriptor:
     q_item = item.take(order)
     seq_of_k = np.arange(len(k_base) - 1, dtype=np.int32).repeat(k_base[1:] - k_base[:-1])  # (searchsorted: 2x)
     work_seq = seq_of_k.take(visit)
-    return KeyDescriptor(
+    key_desc = KeyDescriptor(
         work_seq=work_seq,
         work_ktile=(visit - k_base.take(work_seq)).astype(np.int32),
         col_ptr=_pointers(counts.take(visit)),
@@ -86,6 +86,44 @@ def by_key(desc: Descriptor) -> KeyDescriptor:
         kind=desc.kind.take(order),
         q_item=q_item,
     )
+    return staggered(key_desc, desc.config) if stagger else key_desc
+
+
+def staggered(key_desc: KeyDescriptor, config: TileConfig) -> KeyDescriptor:
+    """The same lists, where consecutive key tiles' lists begin at the same query tile (a run), each rotated to
+    begin at its key tile's diagonal (the query tile holding the key tile's first position; its lists wrap).
+
+    The fused backward adds every step's dQ into its query tile's dq_accum from the dK/dV kernel. Its CTAs
+    start a head's consecutive key tiles together, and in ascending order those of full attention (or of a prefix,
+    or of global tokens) all walk the same query tiles in step, reducing into one tile at once: main's full
+    backward ran 8% below its causal, and 8% faster with its lists rotated (H100, docs/training.md). Started
+    at their diagonals, neighbouring CTAs walk one tile apart, as causal's do, each reading the Q and dO tiles the
+    one before read a step earlier. Lists that do not start together are left as they are: rotating those
+    (documents, shared prompts) lost 4-7%. dK, dV and the dQ sums do not depend on the order."""
+    ptr = key_desc.col_ptr
+    counts = ptr[1:] - ptr[:-1]
+    if len(key_desc.q_item) == 0:
+        return key_desc
+    # The forward item (sequence, query tile) each list begins at; -1 for lists with none, which join no run.
+    first = np.where(counts > 0, key_desc.q_item.take(np.minimum(ptr[:-1], len(key_desc.q_item) - 1)), -1)
+    together = np.zeros(len(first), dtype=bool)
+    together[1:] = (first[1:] == first[:-1]) & (first[1:] >= 0)
+    together[:-1] |= together[1:]  # a run's first list too
+    if not together.any():
+        return key_desc
+    item = np.arange(len(counts), dtype=np.int32).repeat(counts)
+    diagonal = key_desc.work_ktile.astype(np.int64) * config.block_k // config.block_q
+    before = np.zeros(len(item) + 1, dtype=np.int32)  # the lists ascend: the tiles before the diagonal come first
+    np.cumsum(key_desc.q_tile < diagonal.take(item), out=before[1:])
+    shift = before.take(ptr[1:]) - before.take(ptr[:-1])
+    shift[~together | (shift == counts)] = 0
+    source = np.arange(len(item), dtype=np.int32)
+    source += shift.take(item)
+    wrap = counts.take(item)
+    wrap *= source >= ptr[1:].take(item)
+    source -= wrap
+    return replace(key_desc, q_tile=key_desc.q_tile.take(source), kind=key_desc.kind.take(source),
+                   q_item=key_desc.q_item.take(source))
 
 
 def _pointers(counts: np.ndarray) -> np.ndarray:

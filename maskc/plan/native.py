@@ -153,8 +153,9 @@ def descriptor(lib: ctypes.CDLL, consts: np.ndarray, batch, bits: np.ndarray, bq
     return work_seq, work_qtile, row_ptr, k_tile, kind, full.value
 
 
-def key_descriptor(lib: ctypes.CDLL, desc) -> tuple | None:
-    """(work_seq, work_ktile, col_ptr, q_tile, kind, q_item) of by_key.by_key(desc); None where memory ran out."""
+def key_descriptor(lib: ctypes.CDLL, desc, stagger: bool) -> tuple | None:
+    """(work_seq, work_ktile, col_ptr, q_tile, kind, q_item) of by_key.by_key(desc, stagger); None where memory ran
+    out."""
     qtile_base, ktile_base = desc.blocks.tile_base("q"), desc.blocks.tile_base("k")
     keys, tiles, items = int(ktile_base[-1]), len(desc.k_tile), len(desc.work_seq)
     if ktile_base[-1] >= 2**31 or tiles >= 2**31 or desc.kind.dtype != np.uint32:
@@ -168,5 +169,7 @@ def key_descriptor(lib: ctypes.CDLL, desc) -> tuple | None:
     done = lib.maskc_key_descriptor(*map(_ptr, arrays), _ptr(np.ascontiguousarray(desc.kind)), ctypes.c_int64(items),
                                     _ptr(_int64(qtile_base)), _ptr(_int64(ktile_base)),
                                     ctypes.c_int64(len(qtile_base) - 1), _ptr(work_seq), _ptr(work_ktile),
-                                    _ptr(col_ptr), _ptr(q_tile), _ptr(kind), _ptr(q_item))
+                                    _ptr(col_ptr), _ptr(q_tile), _ptr(kind), _ptr(q_item),
+                                    ctypes.c_int32(desc.config.block_k if stagger else 0),
+                                    ctypes.c_int32(desc.config.block_q))
     return (work_seq, work_ktile, col_ptr, q_tile, kind, q_item) if done == 0 else None

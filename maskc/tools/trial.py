@@ -247,9 +247,10 @@ def _cpu_grad_error(compiled, desc, layouts, values, qs, ks, vs, scale, rng) -> 
              for lay, val in zip(layouts, values)]
     forward = [attention(qs[b], ks[b], vs[b], masks[b], scale) for b in range(len(layouts))]
     d_out = [rng.standard_normal(x.shape, dtype=np.float32) for x in qs]
-    got = simulate_backward(program, desc, by_key(desc), layouts, values, qs, ks, vs,
+    fused = compiled.options.backward.fused
+    got = simulate_backward(program, desc, by_key(desc, stagger=fused), layouts, values, qs, ks, vs,
                             [f[0].astype(np.float32) for f in forward], [f[1] for f in forward], d_out, scale,
-                            fused=compiled.options.backward.fused)
+                            fused=fused)
     worst = 0.0
     for b in range(len(layouts)):
         want = attention_backward(qs[b], ks[b], vs[b], masks[b], scale, d_out[b])

@@ -166,15 +166,39 @@ void maskc_descriptor_tiles(void* handle, int32_t* k_tile, uint32_t* kind) {
         }
 }
 
+// by_key.staggered: the lists that begin at the same forward item as a neighbour's, each rotated to begin at its
+// key tile's diagonal (the first of its query tiles at or past query tile work_ktile * block_k / block_q).
+static void stagger(int64_t keys, const int32_t* work_ktile, const int32_t* col_ptr, int32_t* q_tile, uint32_t* kind,
+                    int32_t* q_item, int32_t block_k, int32_t block_q) {
+    std::vector<int32_t> first(keys, -1);  // (before any list is rotated)
+    for (int64_t p = 0; p < keys; ++p)
+        if (col_ptr[p + 1] > col_ptr[p]) first[p] = q_item[col_ptr[p]];
+    for (int64_t p = 0; p < keys; ++p) {
+        const bool together = first[p] >= 0 && ((p > 0 && first[p - 1] == first[p]) ||
+                                                (p + 1 < keys && first[p + 1] == first[p]));
+        if (!together) continue;
+        int32_t* const lo = q_tile + col_ptr[p];
+        int32_t* const hi = q_tile + col_ptr[p + 1];
+        const int32_t diagonal = (int32_t)((int64_t)work_ktile[p] * block_k / block_q);
+        const int64_t shift = std::lower_bound(lo, hi, diagonal) - lo;
+        if (shift == 0 || lo + shift == hi) continue;
+        const int64_t at = col_ptr[p], end = col_ptr[p + 1];
+        std::rotate(q_tile + at, q_tile + at + shift, q_tile + end);
+        std::rotate(kind + at, kind + at + shift, kind + end);
+        std::rotate(q_item + at, q_item + at + shift, q_item + end);
+    }
+}
+
 // The transpose of a descriptor (by_key.by_key): per key tile (most query tiles first, ties by key tile) the query
 // tiles that see it, ascending, with their kinds and forward items. qtile_base and ktile_base: per sequence the
 // global number of its first query and key tile (one more: all). The caller's arrays: work_seq, work_ktile (a
 // key tile each), col_ptr (one more), q_tile, kind, q_item (a listed tile each). Returns 0, or -1 where memory ran
-// out.
+// out. With block_k > 0, the lists are staggered as by_key.staggered says (block_k and block_q: the tiles' sizes).
 int maskc_key_descriptor(const int32_t* work_seq_in, const int32_t* work_qtile, const int32_t* row_ptr,
                          const int32_t* k_tile, const uint32_t* kind_in, int64_t items, const int64_t* qtile_base,
                          const int64_t* ktile_base, int64_t sequences, int32_t* work_seq, int32_t* work_ktile,
-                         int32_t* col_ptr, int32_t* q_tile, uint32_t* kind, int32_t* q_item) try {
+                         int32_t* col_ptr, int32_t* q_tile, uint32_t* kind, int32_t* q_item, int32_t block_k,
+                         int32_t block_q) try {
     const int64_t keys = ktile_base[sequences];
     std::vector<int64_t> count(keys, 0), item_of(qtile_base[sequences], -1);
     for (int64_t w = 0; w < items; ++w) {
@@ -206,6 +230,7 @@ int maskc_key_descriptor(const int32_t* work_seq_in, const int32_t* work_qtile, 
             q_item[at] = (int32_t)w;
         }
     }
+    if (block_k > 0) stagger(keys, work_ktile, col_ptr, q_tile, kind, q_item, block_k, block_q);
     return 0;
 } catch (const std::bad_alloc&) {
     return -1;
