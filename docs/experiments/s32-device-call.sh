@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Device calls of the thirty-second session (wheels and BUILDS as in s29-device-call.sh; carry .whl).
+# PART=clocked (BUILD, then BUILDS for the A/B): issue 6's table on BUILD with the GPU's clocks, power and clock
+# event reasons sampled every 200 ms ($OUT/clocks.csv, summarised by docs/experiments/s32/clocks.py), then the
+# backward probes of BUILDS (ROUNDS rounds, WORKLOADS), the sampler still running.
+# Any other PART: docs/experiments/s30-device-call.sh's.
+case "${PART:-clocked}" in
+clocked)
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
+    --format=csv -lms 200 > $OUT/clocks.csv 2>&1 & sampler=$!
+  BUILDS="${BUILDS:-main}" PART=table bash docs/experiments/s29-device-call.sh 2>&1 | tail -${TABLE_LINES:-22}
+  python3 docs/experiments/s32/clocks.py $OUT/clocks.csv | tee $OUT/clocks-table.txt
+  if [ "${ROUNDS:-0}" != 0 ]; then
+    PART=compare bash docs/experiments/s29-device-call.sh 2>&1 | tail -8
+    python3 docs/experiments/s32/clocks.py $OUT/clocks.csv | tee $OUT/clocks-all.txt
+  fi
+  kill $sampler ;;
+*) exec bash docs/experiments/s30-device-call.sh ;;
+esac
