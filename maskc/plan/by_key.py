@@ -47,7 +47,8 @@ def by_key(desc: Descriptor, stagger: bool = False) -> KeyDescriptor:
     """The transpose of `desc` (`staggered` with `stagger`). Its arrays have a tile's entry each (65,536 for full
     attention at 32K), and its time was half page faults: glibc gave the freed temporaries back to the OS and
     faulted them in again at the next call. So they are few, 32-bit where the values allow, and computed in place
-    where they can be. The C++ planner (plan/native.py), where it is built, makes the same arrays in a pass over the tiles."""
+    where they can be. The C++ planner (plan/native.py), where it is built, makes the same arrays in a pass over
+    the tiles."""
     lib = native.library()
     made = native.key_descriptor(lib, desc, stagger) if lib is not None else None
     if made is not None:
@@ -95,11 +96,11 @@ def staggered(key_desc: KeyDescriptor, config: TileConfig) -> KeyDescriptor:
 
     The fused backward adds every step's dQ into its query tile's dq_accum from the dK/dV kernel. Its CTAs
     start a head's consecutive key tiles together, and in ascending order those of full attention (or of a prefix,
-    or of global tokens) all walk the same query tiles in step, reducing into one tile at once: main's full
-    backward ran 8% below its causal, and 8% faster with its lists rotated (H100, docs/training.md). Started
-    at their diagonals, neighbouring CTAs walk one tile apart, as causal's do, each reading the Q and dO tiles the
-    one before read a step earlier. Lists that do not start together are left as they are: rotating those
-    (documents, shared prompts) lost 4-7%. dK, dV and the dQ sums do not depend on the order."""
+    or of global tokens) all walk the same query tiles in step, reducing into one tile at once: the full mask's
+    backward ran 8% below causal's, and staggered 7% faster (H100, docs/training.md). Started at their
+    diagonals, neighbouring CTAs walk one tile apart, as causal's do, each reading the Q and dO tiles the one
+    before read a step earlier. Lists that do not start together are left as they are: rotating every list lost
+    4-8% on documents and shared prompts. dK, dV and the dQ sums do not depend on the order."""
     ptr = key_desc.col_ptr
     counts = ptr[1:] - ptr[:-1]
     if len(key_desc.q_item) == 0:
