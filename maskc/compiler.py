@@ -34,7 +34,7 @@ from maskc.plan.layout import (
     validate_values,
 )
 from maskc.plan.layout_batch import ValueColumns, bind_batch
-from maskc.plan.by_key import KeyTables, by_key, key_tables
+from maskc.plan.by_key import KeyDescriptor, KeyTables, by_key, key_tables
 from maskc.plan.planner import Descriptor, KernelTables, TileConfig, kernel_tables, plan
 from maskc.plan.tiling import Tiling, tiling_for
 
@@ -234,9 +234,14 @@ class CompiledMask:
         hit = self._key_tables.get(id(desc))
         if hit is not None and hit[0] is desc:
             return hit[1]
-        result = key_tables(by_key(desc, stagger=self.options.backward.fused), tables.kinds.dtype)
+        result = key_tables(self.key_descriptor(desc), tables.kinds.dtype)
         self._keep_key_tables(desc, result)
         return result
+
+    def key_descriptor(self, desc: Descriptor) -> KeyDescriptor:
+        """The descriptor by key tile that this mask's backward pass walks: staggered for the fused pass, the one
+        whose dK/dV kernel also sums dQ (by_key.staggered)."""
+        return by_key(desc, stagger=self.options.backward.fused)
 
 
 def _token_offsets(sequences: list, token_offsets: np.ndarray | None) -> np.ndarray:

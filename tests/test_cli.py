@@ -23,10 +23,9 @@ from small_configs import SMALL
 import maskc
 from maskc import cli
 from maskc.build import BuildError
-from maskc.compiler import compile_file
+from maskc.compiler import CompiledMask, compile_file
 from maskc.kernels import KernelOptions
 from maskc.plan import native
-from maskc.tools import trial
 from maskc.tools.explain import choose_sequences
 from maskc.tools.reference import dense_mask
 
@@ -814,17 +813,17 @@ def test_run_backward_on_the_cpu_checks_the_gradients_model(run):
 
 
 def test_run_backward_fails_on_a_wrong_key_descriptor(run, monkeypatch):
-    by_key = trial.by_key
+    key_descriptor = CompiledMask.key_descriptor
 
-    def forgetful(desc, stagger=False):  # lose the last query tile of every key tile
-        kd = by_key(desc, stagger)
+    def forgetful(self, desc):  # lose the last query tile of every key tile
+        kd = key_descriptor(self, desc)
         keep = np.ones(len(kd.q_tile), dtype=bool)
         keep[kd.col_ptr[1:][np.diff(kd.col_ptr) > 0] - 1] = False
         counts = np.diff(kd.col_ptr) - (np.diff(kd.col_ptr) > 0)
         return type(kd)(kd.work_seq, kd.work_ktile, np.concatenate([[0], np.cumsum(counts)]).astype(np.int32),
                         kd.q_tile[keep], kd.kind[keep], kd.q_item[keep])
 
-    monkeypatch.setattr(trial, "by_key", forgetful)
+    monkeypatch.setattr(CompiledMask, "key_descriptor", forgetful)
     result = run("run", example("causal"), "--n", "300", "--cpu", "--backward")
     assert result.exit_code == 1 and result.stdout.splitlines()[-1] == "FAILED"
 

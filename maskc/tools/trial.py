@@ -21,7 +21,6 @@ from maskc.kernels import KernelOptions, TileKind
 from maskc.plan.layout import ConcreteLayout, SequenceValues
 from maskc.plan.planner import Descriptor
 from maskc.tools.explain import COUNTED_TILES_MAX, VisitedTiles, entries_to_count, tile_tokens, visible_per_tile
-from maskc.plan.by_key import by_key
 from maskc.tools.reference import attention, attention_backward, simulate, simulate_backward, visible
 
 CPU_PAIR_BUDGET = 1 << 25  # (query row, key) pairs checked by brute force on the CPU, over all sequences
@@ -247,10 +246,9 @@ def _cpu_grad_error(compiled, desc, layouts, values, qs, ks, vs, scale, rng) -> 
              for lay, val in zip(layouts, values)]
     forward = [attention(qs[b], ks[b], vs[b], masks[b], scale) for b in range(len(layouts))]
     d_out = [rng.standard_normal(x.shape, dtype=np.float32) for x in qs]
-    fused = compiled.options.backward.fused
-    got = simulate_backward(program, desc, by_key(desc, stagger=fused), layouts, values, qs, ks, vs,
+    got = simulate_backward(program, desc, compiled.key_descriptor(desc), layouts, values, qs, ks, vs,
                             [f[0].astype(np.float32) for f in forward], [f[1] for f in forward], d_out, scale,
-                            fused=fused)
+                            fused=compiled.options.backward.fused)
     worst = 0.0
     for b in range(len(layouts)):
         want = attention_backward(qs[b], ks[b], vs[b], masks[b], scale, d_out[b])
