@@ -9,10 +9,13 @@
 # publishes the step's statistics); docs/experiments/s32/bwd-producer-delay.patch is the second. A step is ~3,900
 # cycles (s31's counters): a build 300 cycles a step slower is ~7% slower where the producer is on the path.
 # Any other PART: docs/experiments/s30-device-call.sh's.
-case "${PART:-clocked}" in
-clocked)
+sample_clocks() {  # in the background, into $OUT/clocks.csv; its pid in $sampler
   nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
     --format=csv -lms 200 > $OUT/clocks.csv 2>&1 & sampler=$!
+}
+case "${PART:-clocked}" in
+clocked)
+  sample_clocks
   BUILDS="${BUILDS:-main}" PART=table bash docs/experiments/s29-device-call.sh 2>&1 | tail -${TABLE_LINES:-22}
   python3 docs/experiments/s32/clocks.py $OUT/clocks.csv | tee $OUT/clocks-table.txt
   if [ "${ROUNDS:-0}" != 0 ]; then
@@ -21,8 +24,7 @@ clocked)
   fi
   kill $sampler ;;
 producer)
-  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
-    --format=csv -lms 200 > $OUT/clocks.csv 2>&1 & sampler=$!
+  sample_clocks
   PART=compare BUILDS="${BUILDS:-main32 pdi pda}" ROUNDS=${ROUNDS:-2} \
     WORKLOADS="${WORKLOADS:-shared_prompt document causal full}" bash docs/experiments/s29-device-call.sh 2>&1 | tail -6
   python3 docs/experiments/s32/clocks.py $OUT/clocks.csv | tee $OUT/clocks-all.txt
