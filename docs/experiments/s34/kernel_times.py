@@ -16,9 +16,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "bench"))
-import harness  # noqa: E402
+import harness
 
-import maskc  # noqa: E402
+import maskc
 
 CALLS = 20
 

@@ -23,9 +23,9 @@ from triton.testing import do_bench
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "bench"))
-import harness  # noqa: E402
+import harness
 
-import maskc  # noqa: E402
+import maskc
 
 
 def run(name: str) -> None:
