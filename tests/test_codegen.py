@@ -110,6 +110,31 @@ def test_partial_tiles_of_one_eager_rule_test_that_rule_alone(name, kinds):
         assert (loop + "kind, ") in source or not kinds  # and the loop for every other kind
 
 
+@pytest.mark.parametrize("name, plain", [("causal", True), ("prefix_lm", False), ("sliding_window", False),
+                                         ("document", False), ("shared_prompt", False), ("clear", False)])
+@pytest.mark.parametrize("backward", ["hopper", "hopper_fused"])
+def test_plain_causal_masks_its_partial_tiles_by_comparing_slots(name, plain, backward):
+    """Where the mask is `k <= q` alone (codegen.is_plain_causal), the Hopper kernels mask a partial tile by
+    comparing its slots, and the dK/dV kernel has no mask rows or words of key bits in its loops; every other
+    mask keeps its rules."""
+    source = compiled(name, KernelOptions(arch="sm_90a", backward_kernels=backward)).source
+    compares = ["hide_past_diagonal(s, q_tile * BLOCK_Q + row_slot - k_tile * BLOCK_K - col_in_block)",
+                "hide_before_diagonal(s, k_tile * BLOCK_K + key_slot"]
+    if backward == "hopper":  # the dQ kernel
+        compares.append("hide_past_diagonal(s, q_tile * BLOCK_Q + row_slot - k_tile * BLOCK_K - half * 64")
+    assert [c in source for c in compares] == [plain] * len(compares)
+    rules = ["row_table[stage * Q_STEP + r] = mask_row(", "mask_scores_t(s, "]
+    assert [r in source for r in rules] == [not plain] * len(rules)
+
+
+@pytest.mark.parametrize("rule, plain", [("S -> S   where k <= q", True), ("S -> S   where q >= k", True),
+                                         ("S -> S   where k < q", False), ("S -> S   where q - k >= 0", False)])
+def test_plain_causal_is_the_rule_k_at_or_before_q_alone(rule, plain):
+    source = compile_text(f"mask m()\nsegments:\n    S = n\nrules:\n    {rule}\n", KernelOptions(arch="sm_90a")).source
+    assert ("hide_before_diagonal(s, " in source) == plain
+    assert "columns_up_to" not in compile_text(f"mask m()\nsegments:\n    S = n\nrules:\n    {rule}\n").source  # sm_80
+
+
 def test_head_dim_256_is_a_hopper_option_with_its_own_tile():
     options = KernelOptions(head_dim=256, arch="sm_90a")
     assert options.tile == (128, 64)
@@ -461,6 +486,33 @@ extern "C" void maskc_pair_order(int num_heads, int items, int run_first, int ru
     }
 }
 """
+
+
+COLUMN_BITS = r"""
+extern "C" void maskc_column_bits(int lo, int hi, int groups, unsigned* out) {
+    for (int bound = lo; bound < hi; ++bound)
+        for (int c = 0; c < 2; ++c) {
+            *out++ = columns_up_to(bound, c, groups);
+            *out++ = columns_from(bound, c, groups);
+        }
+}
+"""
+
+
+@needs_cxx
+def test_plain_causal_column_bits_are_the_columns_up_to_and_from_a_bound(host_dir):
+    """columns_up_to and columns_from (mask.cu.j2, compiled for the host), which the Hopper kernels' plain causal
+    masks are made of: bit i is whether the thread's column 8 i + c lies at or before / at or after the bound, for
+    bounds far on both sides of the columns."""
+    lib = host_mask.build(compiled("causal", KernelOptions(arch="sm_90a")).source + COLUMN_BITS, host_dir)
+    for groups in (8, 16):  # a 64-query step or a 64-key half (the backward), a 128-key tile (the forward)
+        bounds = np.arange(-3 * 8 * groups, 3 * 8 * groups)
+        out = np.zeros(len(bounds) * 4, dtype=np.uint32)
+        lib.maskc_column_bits(int(bounds[0]), int(bounds[-1]) + 1, groups, out.ctypes.data_as(host_mask.ctypes.c_void_p))
+        bits = (out.reshape(len(bounds), 2, 2)[..., None] >> np.arange(groups, dtype=np.uint32)) & 1  # [bound, c, fn, i]
+        column = 8 * np.arange(groups)[None, None, :] + np.arange(2)[None, :, None]
+        assert np.array_equal(bits[:, :, 0] == 1, column <= bounds[:, None, None])
+        assert np.array_equal(bits[:, :, 1] == 1, column >= bounds[:, None, None])
 
 
 @needs_cxx

@@ -97,6 +97,20 @@ def one_rule_kinds(code: MaskCode) -> list[int]:
     return eager if len(eager) > 1 else []
 
 
+_Q, _K = ir.Token("q", "index"), ir.Token("k", "index")
+_KEY_AT_OR_BEFORE_QUERY = (ir.Compare("<=", _K, _Q), ir.Compare(">=", _Q, _K))
+
+
+def is_plain_causal(program: ir.Program, tiling) -> bool:
+    """Whether the mask is causal attention and nothing else: one segment (so the whole sequence) and one rule,
+    `k <= q`, between all of its tokens, over tiles that are runs of tokens (slot s of tile t holds token
+    t * block + s). A partial tile's mask is then a compare of slots, which the Hopper kernels use instead of
+    the rules' row intervals: their code for those (the dK/dV kernel's mask rows and words of key bits) cost
+    causal's full steps 1-2.5% on the H100 by being in the loop at all (docs/training.md, thirty-fifth session)."""
+    return (len(program.segments) == 1 and len(program.regions) == 1 and tiling.tiles_are_runs
+            and program.regions[0].pred in _KEY_AT_OR_BEFORE_QUERY)
+
+
 def banner_name(program: ir.Program) -> str:
     """How the banner names the mask: the file's base name (`hstu.mask`), `<stdin>` or `<mask>`. Never the
     path as typed, so that the same file gives the same bytes from any directory."""
@@ -141,6 +155,8 @@ def render_source(program: ir.Program, options: KernelOptions, source_name: str 
         tiling=tiling,
         # Partial tiles masked by ranges of columns (mask.cu.j2's visible_columns) instead of pair by pair.
         key_intervals=code.rules_are_key_intervals and tiling.tiles_are_runs,
+        # Partial tiles masked by comparing slots (hopper.cu.j2's hide_past_diagonal): the mask is `k <= q` alone.
+        plain_causal=family.name == "sm90a" and is_plain_causal(program, tiling),
         params=list(program.params),
         P=P,
         runtime_params=program.runtime_params,
