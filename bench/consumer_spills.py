@@ -1,56 +1,43 @@
-"""Local loads and stores (spills) in the Hopper dK/dV kernel's consumers, per example, from the SASS: no GPU
-needed, only nvcc and cuobjdump (a development probe for docs/training.md's log). The consumers' code is what
-runs between their `setmaxnreg` (USETMAXREG.TRY_ALLOC) and the producer's (USETMAXREG.DEALLOC); which of the
-examples spill there changes with small edits of the kernel (thirty-sixth session), so count them before a device run.
+"""Local loads and stores (spills) in the Hopper dK/dV kernel's consumers, per example, from the SASS of the
+backward cubin as maskc builds it (NVRTC): no GPU needed, only cuobjdump (a development probe for
+docs/training.md's log). The consumers' code is what runs between their `setmaxnreg` (USETMAXREG.TRY_ALLOC) and
+the producer's (USETMAXREG.DEALLOC); which of the examples spill there changes with small edits of the kernel
+(thirty-sixth session), so count them before a device run.
 
     PYTHONPATH=. python bench/consumer_spills.py [--examples document hstu ...] [--head-dim 128]
 
-Prints one line per example: the consumers' local loads and stores, and the kernel's spill bytes from ptxas.
+Prints one line per example: the local loads and stores in the consumers' code and in the whole kernel.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from maskc.codegen import KernelOptions
 from maskc.compiler import compile_file
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+sys.path.insert(0, str(ROOT / "tests"))  # (under PYTHONSAFEPATH the script's folder is not there either)
+from sass_tools import sass_tools
+
+LOCAL = re.compile(r"\b(LDL|STL)\b")
 
 
-def cuobjdump() -> str:
-    """cuobjdump from PATH, or from the nvidia-cuda-cuobjdump wheel beside this Python."""
-    found = shutil.which("cuobjdump")
-    if found:
-        return found
-    for candidate in Path(sys.prefix).glob("lib/python3*/site-packages/nvidia/cu*/bin/cuobjdump"):
-        return str(candidate)
-    raise SystemExit("no cuobjdump: put CUDA's bin on PATH or install nvidia-cuda-cuobjdump")
-
-
-def consumer_spills(name: str, head_dim: int, work: Path) -> tuple[int, str]:
-    """(local loads and stores in the dK/dV consumers' code, ptxas's spill line) of one example."""
-    options = KernelOptions(arch="sm_90a", head_dim=head_dim)
-    source = compile_file(EXAMPLES / f"{name}.mask", options).source
-    cu, cubin = work / f"{name}.cu", work / f"{name}.cubin"
-    cu.write_text(source)
-    built = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", str(cu), "-o", str(cubin), "-Xptxas", "-v"],
-                           capture_output=True, text=True, check=True)
-    kernel = re.search(r"maskc_\w+_bwd_dkdv_sm90a_\w+", source).group(0)
-    lines = built.stderr.splitlines()
-    spill = next((lines[i + 1].strip() for i, line in enumerate(lines[:-1])
-                  if "Function properties for " + kernel in line), "?")
-    sass = subprocess.run([cuobjdump(), "-sass", "-fun", kernel, str(cubin)], capture_output=True, text=True,
-                          check=True).stdout.splitlines()
+def spills(name: str, head_dim: int, tools: tuple[str, dict]) -> tuple[int, int]:
+    """(local loads and stores in the dK/dV kernel's consumers, in the whole kernel) of one example."""
+    c = compile_file(EXAMPLES / f"{name}.mask", KernelOptions(arch="sm_90a", head_dim=head_dim))
+    kernel = next(n for n in c.backward_names if "dkdv" in n)
+    cuobjdump, env = tools
+    sass = subprocess.run([cuobjdump, "-sass", "-fun", kernel, str(c.build("cubin", "bwd").path)],
+                          capture_output=True, text=True, env=env, check=True).stdout.splitlines()
     start = next(i for i, line in enumerate(sass) if "USETMAXREG.TRY_ALLOC" in line)
     end = next(i for i, line in enumerate(sass) if "USETMAXREG.DEALLOC" in line)
-    return sum(bool(re.search(r"\b(LDL|STL)\b", line)) for line in sass[start:end]), spill
+    return sum(bool(LOCAL.search(line)) for line in sass[start:end]), sum(bool(LOCAL.search(line)) for line in sass)
 
 
 def main(argv=None) -> None:
@@ -58,10 +45,12 @@ def main(argv=None) -> None:
     parser.add_argument("--examples", nargs="*", default=sorted(p.stem for p in EXAMPLES.glob("*.mask")))
     parser.add_argument("--head-dim", type=int, default=128)
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in args.examples:
-            count, spill = consumer_spills(name, args.head_dim, Path(tmp))
-            print(f"{name:16s} consumers' local loads/stores {count:3d}   ptxas: {spill}")
+    tools = sass_tools()
+    if tools is None:
+        raise SystemExit("no cuobjdump and nvdisasm (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+    for name in args.examples:
+        consumers, kernel = spills(name, args.head_dim, tools)
+        print(f"{name:16s} local loads/stores: consumers {consumers:3d}, whole dK/dV kernel {kernel:3d}")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
-import shutil
 import subprocess
 import threading
 import time
@@ -16,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from sass_tools import sass_tools
 from small_configs import SMALL
 
 from maskc import build
@@ -159,29 +159,13 @@ def test_ptxas_keeps_the_hopper_kernels_wgmma_pipelines(name, cubins):
     assert WGMMA_PIPELINE_NOTES.findall(c.build().log) == []
 
 
-def _sass_tools() -> tuple[str, dict] | None:
-    """cuobjdump and the environment it finds nvdisasm in (it disassembles with it): from the wheels
-    nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm (test dependencies), else from PATH; None without both."""
-    try:
-        import nvidia
-
-        wheel_bins = [Path(p) / "cu13" / "bin" for p in nvidia.__path__]
-    except ImportError:
-        wheel_bins = []
-    cuobjdump, nvdisasm = (next((str(d / tool) for d in wheel_bins if (d / tool).is_file()), shutil.which(tool))
-                           for tool in ("cuobjdump", "nvdisasm"))
-    if cuobjdump is None or nvdisasm is None:
-        return None
-    return cuobjdump, dict(os.environ, NVDISASM_PATH=str(Path(nvdisasm).parent))
-
-
 @pytest.mark.parametrize(("name", "head_dim"), [("causal", 128), ("document", 64)])
 def test_the_hopper_forward_runs_its_softmax_under_its_own_p_v(name, head_dim, cache):
     """In the sm_90a forward's loop, after the wait for S (`WARPGROUP.DEPBAR.LE gsb0, 0x1`: P V still in flight)
     come the tile's exponentials, and only then the wait for P V (`... 0x0`). ptxas is free to hoist that wait
     above them -- it did, and the softmax then ran after P V instead of under it (docs/hopper.md, v4): a kernel
     as correct as before and ~5% slower, which only the SASS shows."""
-    tools = _sass_tools()
+    tools = sass_tools()
     if tools is None:
         pytest.skip("no cuobjdump and nvdisasm (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
     cuobjdump, env = tools
@@ -206,7 +190,7 @@ def test_the_hopper_kernels_copy_o_dk_and_dv_out_16_bytes_a_store(direction, cac
     """The sm_90a forward stages O, and the fused dK/dV kernel dK and dV, in shared memory so that a warp stores whole
     rows 16 bytes a thread. NVVM once compiled those 16-byte copies into four 4-byte stores (`STG.E` at +0x4, +0x8,
     +0xc), correct and a quarter as wide (docs/training.md, thirtieth session): only the SASS shows it."""
-    tools = _sass_tools()
+    tools = sass_tools()
     if tools is None:
         pytest.skip("no cuobjdump and nvdisasm (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
     cuobjdump, env = tools
