@@ -507,8 +507,10 @@ def test_a_call_and_its_backward_given_a_plan_made_ahead_launch_with_its_tables(
     assert not record.launches
     out, lse = attn(q, k, v, plan=plan, return_lse=True, **call)
     assert len(record.launches) == 1
-    sequences = attn.sequences([120, 180], {"docs": call["docs"]})
-    assert attn.compiled.tables(sequences, np.array([0, 120]))[1] is plan.tables[1]
+    # (the planned sequences are the documents: maskc.plan.members)
+    _, offsets, sequences = attn._split_members([120, 180], np.array([0, 120]),
+                                                attn.sequences([120, 180], {"docs": call["docs"]}))
+    assert len(sequences) == 3 and attn.compiled.tables(sequences, offsets)[1] is plan.tables[1]
     attn.backward(q, k, v, out, lse, ndarray(q.shape), plan=plan, **call)
     assert len(record.launches) == 1 + len(attn.compiled.options.backward.kernels)
 
@@ -672,6 +674,8 @@ def test_a_backward_finds_what_its_forwards_checks_found_and_a_list_changed_in_p
     docs[0][:] = [30, 90]
     attn.backward(q, k, v, out, lse, ndarray(q.shape), cu_seqlens=[0, 120, 300], docs=docs)
     assert len(made) == 2 and len(attn.compiled._plans) == 2 and len(attn._checked_values) == 2
-    new = plan_key(attn.sequences([120, 180], {"docs": [[30, 90], [180]]}), np.array([0, 120]))
+    _, offsets, sequences = attn._split_members([120, 180], np.array([0, 120]),
+                                                attn.sequences([120, 180], {"docs": [[30, 90], [180]]}))
+    new = plan_key(sequences, offsets)
     assert list(attn.compiled._plans)[-1] == new
     assert len(record.launches) == 1 + 2 * len(attn.compiled.options.backward.kernels)

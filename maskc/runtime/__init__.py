@@ -24,6 +24,7 @@ from maskc.memo import per_object
 from maskc.plan import native
 from maskc.plan.by_key import KeyTables, long_items
 from maskc.plan.layout_batch import ValueColumns
+from maskc.plan.members import member_split, split
 from maskc.runtime.launch import Kernel, LaunchCache, PreparedLaunch, cupy_stream, current_stream_handle, current_stream_of
 from maskc.runtime.tensor_maps import grid_box_map, tensor_map
 
@@ -152,6 +153,9 @@ class Attention:
         # What the checks found of recent runtime values, by content (see _inputs): a backward call finds its
         # forward's, and each layer's call after the first its predecessor's.
         self._checked_values: dict[tuple, _CheckedValues] = {}
+        # A packed sequence of a family whose members never see each other runs as one sequence per member,
+        # so that tiles start at each member (maskc.plan.members); None for other masks.
+        self._members = member_split(compiled.program)
 
     @property
     def program(self):
@@ -206,6 +210,8 @@ class Attention:
             _check_sequence_count(int(batch), "batch")
             lengths, offsets = [int(n)] * int(batch), np.zeros(int(batch), dtype=np.int64)
         sequences = self.sequences(lengths, params)
+        if cu_seqlens is not None:
+            _, offsets, sequences = self._split_members(lengths, offsets, sequences)
         compiled = self.compiled
         native.start()  # (an Attention sent to a worker process starts its C++ planner there too)
         key = compiled.plan_key(sequences, offsets)
@@ -338,7 +344,18 @@ class Attention:
             if len(self._checked_values) >= _CHECKED_VALUES:
                 self._checked_values.clear()
             seen = self._checked_values[values_key] = _CheckedValues(lengths, offsets)
+        if packed:
+            lengths, offsets, sequences = self._split_members(lengths, offsets, sequences)
         return _Inputs(tq, tk, tv, packed, scale, lengths, offsets, sequences, seen)
+
+    def _split_members(self, lengths: list[int], offsets: np.ndarray, sequences: ValueColumns):
+        """A packed call's sequences, each split into its family's members where the mask allows it (see
+        maskc.plan.members; the planner then checks and reports values that do not split), else as given."""
+        if self._members is not None:
+            members = split(self._members, lengths, offsets, sequences)
+            if members is not None and len(members[0]) <= MAX_SEQUENCES:
+                return members
+        return lengths, offsets, sequences
 
     def _call(self, x: _Inputs, out, lse) -> _Result:
         """The checked call: plan (or find the plan), check the outputs, prepare the launch and launch it."""
