@@ -47,8 +47,7 @@ def member_split(program: ir.Program) -> MemberSplit | None:
         return None
     name = family.length.array
     decl = program.param(name)
-    if (decl is None or decl.const or family.length.indices != (ir.FamilyIndex(),)
-            or family.count != ir.ArrayLen(name)):
+    if decl is None or family.length.indices != (ir.FamilyIndex(),) or family.count != ir.ArrayLen(name):
         return None
     if not program.regions or not all(_within_members(r, family.name) for r in program.regions):
         return None

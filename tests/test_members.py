@@ -1,0 +1,119 @@
+"""Packed members run as sequences of their own (maskc/plan/members.py): which masks may, how a call's values
+split, and that the split batch sees exactly the pairs the sequence it came from sees."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from maskc.compiler import compile_file, compile_text
+from maskc.kernels import KernelOptions
+from maskc.plan.layout_batch import ValueColumns
+from maskc.plan.members import member_split, split
+from maskc.tools.reference import dense_mask
+
+from test_examples import EXAMPLES
+
+HEADER = "mask docs_mask(docs: [int], w: int = 3, table: [int] = [1, 2])\nsegments:\n    D[i] = docs[i]\nrules:\n"
+
+SPLITS = {
+    "causal": "D[i] -> D[i] causal",
+    "window": "D[i] -> D[i] where k <= q and q - k < w",
+    "own positions": "D[i] -> D[i] where q.pos >= 2 * k.pos",
+    "strided": "D[i] -> D[i] where (q - k) % 3 == 0",
+    "two rules": "D[i] -> D[i] where k <= q and q - k < w\nD[i] -> D[i] where k.pos == 0",
+    "shifted both": "D[i] -> D[i] where max(q, k + 1) - min(q, k) <= 2 * w",
+}
+
+STAYS = {
+    "cross-member": "D[i] -> D[j] causal",
+    "the previous member": "D[i] -> D[j] where j == i - 1",
+    "its own index": "D[i] -> D[i] where i % 2 == 0 and k <= q",
+    "a position": "D[i] -> D[i] where k <= q and q < 10",
+    "n": "D[i] -> D[i] where k <= q and q - k < n // 4",
+    "a list": "D[i] -> D[i] where k <= q and q - k < table[0]",
+    "a position times a position": "D[i] -> D[i] where q * k >= 0",
+}
+
+
+def compiled(rules: str):
+    return compile_text(HEADER + "    " + rules.replace("\n", "\n    ") + "\n", KernelOptions(), {})
+
+
+@pytest.mark.parametrize("name", SPLITS)
+def test_a_family_whose_members_only_see_themselves_by_their_own_positions_splits(name):
+    how = member_split(compiled(SPLITS[name]).program)
+    assert how is not None and (how.family, how.lengths) == ("D", "docs")
+
+
+@pytest.mark.parametrize("name", STAYS)
+def test_a_rule_across_members_or_reading_where_a_member_lies_keeps_the_sequence(name):
+    assert member_split(compiled(STAYS[name]).program) is None
+
+
+def test_among_the_examples_only_the_packed_documents_split():
+    splits = {p.stem for p in EXAMPLES.glob("*.mask")
+              if member_split(compile_file(p, KernelOptions()).program) is not None}
+    assert splits == {"document"}
+
+
+def test_other_layouts_keep_their_sequences():
+    for text in ("mask m(docs: [int])\nsegments:\n    P = 4\n    D[i] = docs[i]\nrules:\n    D[i] -> D[i] causal\n",
+                 "mask m(m: int)\nsegments:\n    D[i < m] = 4\nrules:\n    D[i] -> D[i] causal\n"):
+        assert member_split(compile_text(text, KernelOptions(), {}).program) is None
+
+
+def test_a_call_splits_into_its_non_empty_members_at_their_offsets():
+    how = member_split(compiled(SPLITS["window"]).program)
+    values = ValueColumns(2, {"n": [10, 5], "docs": [[3, 0, 7], [5]], "w": [2, 4]})
+    lengths, offsets, members = split(how, [10, 5], np.array([100, 110]), values)
+    assert lengths == [3, 7, 5] and offsets.tolist() == [100, 103, 110]
+    assert members.columns == {"n": [3, 7, 5], "docs": [[3], [7], [5]], "w": [2, 2, 4]}
+
+
+def test_a_call_that_leaves_the_lengths_out_splits_by_their_default():
+    text = "mask m(docs: [int] = [2, 6])\nsegments:\n    D[i] = docs[i]\nrules:\n    D[i] -> D[i] causal\n"
+    how = member_split(compile_text(text, KernelOptions(), {}).program)
+    lengths, offsets, members = split(how, [8, 8], np.array([0, 8]), ValueColumns(2, {"n": [8, 8]}))
+    assert lengths == [2, 6, 2, 6] and offsets.tolist() == [0, 2, 8, 10]
+
+
+@pytest.mark.parametrize("docs, n", [([[3, -1, 6]], 8), ([[3, 4]], 8), ([["3", 5]], 8), ([[0, 0]], 0), ([3], 3)])
+def test_values_that_do_not_split_are_left_for_the_planner_to_report(docs, n):
+    how = member_split(compiled(SPLITS["causal"]).program)
+    assert split(how, [n], np.array([0]), ValueColumns(1, {"n": [n], "docs": docs})) is None
+
+
+def _dense(name: str, sequences: list[dict], offsets, total: int) -> np.ndarray:
+    """The mask of sequences at these token offsets, each on its diagonal block of the [total, total] mask."""
+    c = compiled_cache[name]
+    values, layouts = c.bind(sequences)
+    out = np.zeros((total, total), dtype=bool)
+    for at, lay, val in zip(offsets, layouts, values):
+        out[at:at + lay.n, at:at + lay.n] = dense_mask(c.program, lay, val)
+    return out
+
+
+compiled_cache: dict[str, object] = {}
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(sorted(SPLITS)), docs=st.lists(st.lists(st.integers(0, 9), max_size=5), min_size=1,
+                                                           max_size=3), w=st.integers(0, 4))
+def test_the_members_as_sequences_see_exactly_what_their_sequence_sees(name, docs, w):
+    if name not in compiled_cache:
+        compiled_cache[name] = compiled(SPLITS[name])
+    lengths = [sum(d) for d in docs]
+    offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+    total = sum(lengths)
+    values = ValueColumns(len(docs), {"n": lengths, "docs": docs, "w": [w] * len(docs)})
+    parts = split(member_split(compiled_cache[name].program), lengths, offsets, values)
+    if total == 0:
+        assert parts is None
+        return
+    want = _dense(name, [values._make(b) for b in range(len(docs))], offsets, total)
+    got_lengths, got_offsets, got_values = parts
+    assert sum(got_lengths) == total
+    assert np.array_equal(_dense(name, [got_values._make(b) for b in range(len(got_lengths))], got_offsets, total), want)
