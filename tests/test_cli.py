@@ -580,6 +580,14 @@ def test_explain_counts_the_tiles_of_the_family_named_by_arch(run):
     assert visible_pairs(portable) == visible_pairs(hopper) == 4096 * 4097 // 2
 
 
+def test_explain_says_when_a_packed_call_runs_each_member_as_a_sequence(run):
+    # Documents of 100 and 156 tokens: tiles of 128 queries x 64 keys from each document's first token.
+    out = run("explain", example("document"), "--n", "256", "--param", "docs=[100, 156]").stdout
+    assert stat(out, "as called") == ("2 sequences in a packed call, one per member of D (no rule crosses its members: "
+                                      "tiles start at each): 7 tiles visited, 2 full, 5 partial")
+    assert "as called" not in run("explain", example("causal"), "--n", "256").stdout
+
+
 def test_explain_uses_the_batch_section(run):
     out = run("explain", example("rm_shared")).stdout
     assert "values: the mask's default batch (9 sequences" in out

@@ -24,6 +24,8 @@ from maskc.kernels import KernelOptions, TileKind
 from maskc.plan import native
 from maskc.plan.arrays import expand
 from maskc.plan.layout import ConcreteLayout, SequenceValues
+from maskc.plan.layout_batch import ValueColumns
+from maskc.plan.members import member_split, split
 from maskc.plan.planner import Descriptor
 from maskc.tools.reference import dense_mask, visible
 
@@ -292,6 +294,7 @@ class TileReport:
     descriptor_bytes: int
     plan_seconds: float
     tiles_counted: int  # visited tiles whose pairs were counted: all of them, or a sample (then the counts are estimates)
+    as_called: str | None = None  # how a packed call runs these values, where it splits them (maskc.plan.members)
 
     @property
     def estimated(self) -> bool:
@@ -340,6 +343,8 @@ class TileReport:
             f"{self.partial_in_fact_empty:,} in fact empty (work a sharper planner would save)",
             f"  descriptor         {self.descriptor_bytes:,} bytes, planned in {1e3 * self.plan_seconds:.2f} ms",
         ]
+        if self.as_called is not None:
+            out.append(f"  as called          {self.as_called}")
         return out
 
 
@@ -352,6 +357,25 @@ def _planned_by(stats, regions: int) -> str:
     if stats.regions_factored:
         return f"{stats.regions_factored} of {regions} rules in closed form by their factors, the others searched"
     return "interval search"
+
+
+def as_called(compiled: CompiledMask, sequences: list[dict[str, object]], layouts: list[ConcreteLayout]) -> str | None:
+    """Where a packed call runs these values as one sequence per member (maskc.plan.members), what it plans."""
+    how = member_split(compiled.program)
+    if how is None or not layouts:
+        return None
+    lengths = [lay.n for lay in layouts]
+    names = {name for line in sequences for name in line if name != "n"}
+    defaults = {p.name: p.default for p in compiled.program.runtime_params}
+    columns = {"n": lengths, **{name: [line.get(name, defaults[name]) for line in sequences] for name in names}}
+    parts = split(how, lengths, np.zeros(len(lengths), dtype=np.int64), ValueColumns(len(lengths), columns))
+    if parts is None:
+        return None
+    members = parts[2]
+    stats = compiled.plan([members._make(b) for b in range(len(members))])[0].stats
+    return (f"{len(members):,} sequences in a packed call, one per member of {how.family} (no rule crosses its "
+            f"members: tiles start at each): {stats.tiles_full + stats.tiles_partial:,} tiles visited, "
+            f"{stats.tiles_full:,} full, {stats.tiles_partial:,} partial")
 
 
 def tile_report(compiled: CompiledMask, desc: Descriptor, layouts: list[ConcreteLayout],
@@ -583,5 +607,6 @@ def explain_values(compiled: CompiledMask, sequences: list[dict[str, object]], o
     gather = picture.add_partial if picture is not None and picture.scale > 1 else None
     counts = visible_per_tile(program, desc, layouts, values, tiles, gather)
     report = tile_report(compiled, desc, layouts, values, origin, counts, tiles)
+    report.as_called = as_called(compiled, sequences, layouts)
     image = mask_picture(program, desc, layouts, values, tiles, picture) if picture is not None else None
     return Explained(report, image, mask_npy, batch_npz)
