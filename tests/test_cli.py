@@ -581,10 +581,14 @@ def test_explain_counts_the_tiles_of_the_family_named_by_arch(run):
 
 
 def test_explain_says_when_a_packed_call_runs_each_member_as_a_sequence(run):
-    # Documents of 100 and 156 tokens: tiles of 128 queries x 64 keys from each document's first token.
-    out = run("explain", example("document"), "--n", "256", "--param", "docs=[100, 156]").stdout
+    # Two documents of 1000 tokens, apart: 8 query tiles of 128 each, the i-th seeing min(128 (i + 1), 1000) / 64
+    # key tiles of 64 (rounded up), 72 tiles per document, against 152 together.
+    out = run("explain", example("document"), "--n", "2000", "--param", "docs=[1000, 1000]").stdout
+    assert stat(out, "tiles").endswith("98 full (19.14%), 54 partial (10.55%)")
     assert stat(out, "as called") == ("2 sequences in a packed call, one per member of D (no rule crosses its members: "
-                                      "tiles start at each): 7 tiles visited, 2 full, 5 partial")
+                                      "tiles start at each): 144 tiles visited, 112 full, 32 partial")
+    # Short documents stay together (apart, each would fill a tile of its own), and other masks never split.
+    assert "as called" not in run("explain", example("document"), "--n", "256", "--param", "docs=[100, 156]").stdout
     assert "as called" not in run("explain", example("causal"), "--n", "256").stdout
 
 

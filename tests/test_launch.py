@@ -491,6 +491,27 @@ def _document_attention():
     return maskc.load(DOCUMENT, arch="sm_90a", head_dim=64, dtype="fp16")
 
 
+def test_a_packed_call_of_long_documents_plans_each_document_as_a_sequence_and_short_ones_together(fake, monkeypatch):
+    """maskc.plan.members: the forward, its backward and a plan made ahead all plan the members as sequences (at
+    their token offsets) where that visits fewer tiles, and the sequences as given where it does not."""
+    from maskc.compiler import CompiledMask
+
+    attn = _document_attention()
+    fake(attn)
+    planned, tables = [], CompiledMask.tables
+    monkeypatch.setattr(CompiledMask, "tables", lambda self, seqs, offsets, **kw: planned.append(
+        ([s["n"] for s in seqs], offsets.tolist())) or tables(self, seqs, offsets, **kw))
+    q, k, v = ndarray((2300, 4, 64)), ndarray((2300, 2, 64)), ndarray((2300, 2, 64))
+    call = {"cu_seqlens": [0, 300, 2300], "docs": [[300], [1000, 1000]]}
+    out, lse = attn(q, k, v, return_lse=True, **call)
+    attn.backward(q, k, v, out, lse, ndarray(q.shape), **call)
+    attn.plan(**call)
+    assert planned and all(p == ([300, 1000, 1000], [0, 300, 1300]) for p in planned)
+    planned.clear()
+    attn(q, k, v, cu_seqlens=[0, 300, 2300], docs=[[300], [60] * 30 + [200]])
+    assert planned == [([300, 2000], [0, 300])]
+
+
 def test_a_call_and_its_backward_given_a_plan_made_ahead_launch_with_its_tables(fake):
     """`plan=` (a plan made in a DataLoader worker, pickled): the call checks it is for its values, adopts it
     (the plan cache then holds the plan's own tables) and launches; a plan for other values is refused first."""
@@ -507,10 +528,10 @@ def test_a_call_and_its_backward_given_a_plan_made_ahead_launch_with_its_tables(
     assert not record.launches
     out, lse = attn(q, k, v, plan=plan, return_lse=True, **call)
     assert len(record.launches) == 1
-    # (the planned sequences are the documents: maskc.plan.members)
+    # (the sequences as planned: maskc.plan.members may run the documents apart)
     _, offsets, sequences = attn._split_members([120, 180], np.array([0, 120]),
                                                 attn.sequences([120, 180], {"docs": call["docs"]}))
-    assert len(sequences) == 3 and attn.compiled.tables(sequences, offsets)[1] is plan.tables[1]
+    assert attn.compiled.tables(sequences, offsets)[1] is plan.tables[1]
     attn.backward(q, k, v, out, lse, ndarray(q.shape), plan=plan, **call)
     assert len(record.launches) == 1 + len(attn.compiled.options.backward.kernels)
 

@@ -68,7 +68,7 @@ def test_other_layouts_keep_their_sequences():
 def test_a_call_splits_into_its_non_empty_members_at_their_offsets():
     how = member_split(compiled(SPLITS["window"]).program)
     values = ValueColumns(2, {"n": [10, 5], "docs": [[3, 0, 7], [5]], "w": [2, 4]})
-    lengths, offsets, members = split(how, [10, 5], np.array([100, 110]), values)
+    lengths, offsets, members = split(how, [10, 5], np.array([100, 110]), values, None)
     assert lengths == [3, 7, 5] and offsets.tolist() == [100, 103, 110]
     assert members.columns == {"n": [3, 7, 5], "docs": [[3], [7], [5]], "w": [2, 2, 4]}
 
@@ -76,14 +76,26 @@ def test_a_call_splits_into_its_non_empty_members_at_their_offsets():
 def test_a_call_that_leaves_the_lengths_out_splits_by_their_default():
     text = "mask m(docs: [int] = [2, 6])\nsegments:\n    D[i] = docs[i]\nrules:\n    D[i] -> D[i] causal\n"
     how = member_split(compile_text(text, KernelOptions(), {}).program)
-    lengths, offsets, members = split(how, [8, 8], np.array([0, 8]), ValueColumns(2, {"n": [8, 8]}))
+    lengths, offsets, members = split(how, [8, 8], np.array([0, 8]), ValueColumns(2, {"n": [8, 8]}), None)
     assert lengths == [2, 6, 2, 6] and offsets.tolist() == [0, 2, 8, 10]
 
 
 @pytest.mark.parametrize("docs, n", [([[3, -1, 6]], 8), ([[3, 4]], 8), ([["3", 5]], 8), ([[0, 0]], 0), ([3], 3)])
 def test_values_that_do_not_split_are_left_for_the_planner_to_report(docs, n):
     how = member_split(compiled(SPLITS["causal"]).program)
-    assert split(how, [n], np.array([0]), ValueColumns(1, {"n": [n], "docs": docs})) is None
+    assert split(how, [n], np.array([0]), ValueColumns(1, {"n": [n], "docs": docs}), None) is None
+
+
+@pytest.mark.parametrize("members, apart", [
+    ([2053, 328, 850, 361, 2568, 1799, 1174, 5864, 2613, 5035, 6306, 3817], True),  # ANCHORS' documents
+    ([500] * 65, True), ([100] * 327, True), ([128] * 256, False), ([64] * 512, False), ([16] * 2048, False),
+])
+def test_members_run_apart_where_that_visits_fewer_tiles(members, apart):
+    how = member_split(compiled(SPLITS["causal"]).program)
+    n = sum(members)
+    values = ValueColumns(2, {"n": [n, 300], "docs": [members, [300]]})
+    parts = split(how, [n, 300], np.array([0, n]), values, (128, 128))
+    assert (parts is not None) == apart
 
 
 def _dense(name: str, sequences: list[dict], offsets, total: int) -> np.ndarray:
@@ -109,7 +121,7 @@ def test_the_members_as_sequences_see_exactly_what_their_sequence_sees(name, doc
     offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
     total = sum(lengths)
     values = ValueColumns(len(docs), {"n": lengths, "docs": docs, "w": [w] * len(docs)})
-    parts = split(member_split(compiled_cache[name].program), lengths, offsets, values)
+    parts = split(member_split(compiled_cache[name].program), lengths, offsets, values, None)
     if total == 0:
         assert parts is None
         return

@@ -352,7 +352,7 @@ class Attention:
         """A packed call's sequences, each split into its family's members where the mask allows it (see
         maskc.plan.members; the planner then checks and reports values that do not split), else as given."""
         if self._members is not None:
-            members = split(self._members, lengths, offsets, sequences)
+            members = split(self._members, lengths, offsets, sequences, self.compiled.options.tile)
             if members is not None and len(members[0]) <= MAX_SEQUENCES:
                 return members
         return lengths, offsets, sequences

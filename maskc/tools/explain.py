@@ -368,7 +368,8 @@ def as_called(compiled: CompiledMask, sequences: list[dict[str, object]], layout
     names = {name for line in sequences for name in line if name != "n"}
     defaults = {p.name: p.default for p in compiled.program.runtime_params}
     columns = {"n": lengths, **{name: [line.get(name, defaults[name]) for line in sequences] for name in names}}
-    parts = split(how, lengths, np.zeros(len(lengths), dtype=np.int64), ValueColumns(len(lengths), columns))
+    parts = split(how, lengths, np.zeros(len(lengths), dtype=np.int64), ValueColumns(len(lengths), columns),
+                  compiled.options.tile)
     if parts is None:
         return None
     members = parts[2]
