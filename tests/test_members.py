@@ -7,14 +7,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_examples import EXAMPLES
 
 from maskc.compiler import compile_file, compile_text
 from maskc.kernels import KernelOptions
 from maskc.plan.layout_batch import ValueColumns
 from maskc.plan.members import member_split, split
 from maskc.tools.reference import dense_mask
-
-from test_examples import EXAMPLES
 
 HEADER = "mask docs_mask(docs: [int], w: int = 3, table: [int] = [1, 2])\nsegments:\n    D[i] = docs[i]\nrules:\n"
 
@@ -68,16 +67,16 @@ def test_other_layouts_keep_their_sequences():
 def test_a_call_splits_into_its_non_empty_members_at_their_offsets():
     how = member_split(compiled(SPLITS["window"]).program)
     values = ValueColumns(2, {"n": [10, 5], "docs": [[3, 0, 7], [5]], "w": [2, 4]})
-    lengths, offsets, members = split(how, [10, 5], np.array([100, 110]), values, None)
-    assert lengths == [3, 7, 5] and offsets.tolist() == [100, 103, 110]
-    assert members.columns == {"n": [3, 7, 5], "docs": [[3], [7], [5]], "w": [2, 2, 4]}
+    members = split(how, [10, 5], np.array([100, 110]), values, None)
+    assert members.lengths == [3, 7, 5] and members.offsets.tolist() == [100, 103, 110] and members.rows == [0, 0, 1]
+    assert members.values(values).columns == {"n": [3, 7, 5], "docs": [[3], [7], [5]], "w": [2, 2, 4]}
 
 
 def test_a_call_that_leaves_the_lengths_out_splits_by_their_default():
     text = "mask m(docs: [int] = [2, 6])\nsegments:\n    D[i] = docs[i]\nrules:\n    D[i] -> D[i] causal\n"
     how = member_split(compile_text(text, KernelOptions(), {}).program)
-    lengths, offsets, members = split(how, [8, 8], np.array([0, 8]), ValueColumns(2, {"n": [8, 8]}), None)
-    assert lengths == [2, 6, 2, 6] and offsets.tolist() == [0, 2, 8, 10]
+    members = split(how, [8, 8], np.array([0, 8]), ValueColumns(2, {"n": [8, 8]}), None)
+    assert members.lengths == [2, 6, 2, 6] and members.offsets.tolist() == [0, 2, 8, 10]
 
 
 @pytest.mark.parametrize("docs, n", [([[3, -1, 6]], 8), ([[3, 4]], 8), ([["3", 5]], 8), ([[0, 0]], 0), ([3], 3)])
@@ -126,6 +125,6 @@ def test_the_members_as_sequences_see_exactly_what_their_sequence_sees(name, doc
         assert parts is None
         return
     want = _dense(name, [values._make(b) for b in range(len(docs))], offsets, total)
-    got_lengths, got_offsets, got_values = parts
-    assert sum(got_lengths) == total
-    assert np.array_equal(_dense(name, [got_values._make(b) for b in range(len(got_lengths))], got_offsets, total), want)
+    got = parts.values(values)
+    assert sum(parts.lengths) == total
+    assert np.array_equal(_dense(name, [got._make(b) for b in range(len(got))], parts.offsets, total), want)

@@ -14,7 +14,7 @@ Splitting is exact when nothing of the mask changes for a member taken out of it
   - the rest of each predicate reads nothing that moves with the member: `q.pos`, `k.pos`, scalar parameters
     other than `n`, and the positions `q`, `k` only where a shift of both cancels (`k <= q`, `q - k < w`); no
     member index, no list, no `n`.
-The runtime applies it to a call's values (`split`) before planning, so every planner and kernel sees an
+The runtime applies it to a call's values (`split`, then `Members.values`) before planning, so every planner and kernel sees an
 ordinary packed batch; values it cannot read (not lists of non-negative ints summing to each sequence's length)
 are left as given, and the planner reports what is wrong with them. Short members are left together too: apart,
 each fills a tile of its own with few tokens (`_fewer_tiles` decides by the tiles both ways would visit).
@@ -108,12 +108,30 @@ def _shift(e: ir.Expr) -> int | None:
     return None  # Member, FamilyIndex, lists and their aggregates, ancestors, segment bounds
 
 
+@dataclass(frozen=True)
+class Members:
+    """A call's sequences split into their members: one sequence each, in order."""
+
+    how: MemberSplit
+    lengths: list[int]
+    offsets: np.ndarray  # int64: each member's first token in the call's tensors
+    rows: list[int]  # the sequence each member comes from
+
+    def values(self, sequences: ValueColumns) -> ValueColumns:
+        """The members' runtime values, from those of the call's sequences (a member keeps its sequence's values
+        but the lengths': `n` and the list are its own). Made from each call's values: a call's lists are its own."""
+        lengths = self.how.lengths
+        columns = {"n": self.lengths, lengths: [[x] for x in self.lengths]}
+        columns.update((name, [column[b] for b in self.rows]) for name, column in sequences.columns.items()
+                       if name not in columns)
+        return ValueColumns(len(self.lengths), columns)
+
+
 def split(how: MemberSplit, lengths: list[int], offsets: np.ndarray, sequences: ValueColumns,
-          tile: tuple[int, int] | None) -> tuple[list[int], np.ndarray, ValueColumns] | None:
-    """A call's sequences as one sequence per non-empty member: (lengths, token offsets, runtime values), the
-    members' order kept; None where the values do not split (left for the planner to check and report) or where
-    splitting would not visit fewer tiles of `tile` (block_q, block_k) queries x keys (`_fewer_tiles`; None:
-    split wherever the values allow)."""
+          tile: tuple[int, int] | None) -> Members | None:
+    """A call's sequences as one sequence per non-empty member, the members' order kept; None where the values
+    do not split (left for the planner to check and report) or where splitting would not visit fewer tiles of
+    `tile` (block_q, block_k) queries x keys (`_fewer_tiles`; None: split wherever the values allow)."""
     count = len(lengths)
     column = sequences.columns.get(how.lengths)
     if column is None:
@@ -141,12 +159,8 @@ def split(how: MemberSplit, lengths: list[int], offsets: np.ndarray, sequences: 
     seq = seq[keep]
     if tile is not None and not _fewer_tiles(flat[keep], np.asarray(lengths, dtype=np.int64), *tile):
         return None
-    new_offsets = (np.asarray(offsets, dtype=np.int64)[seq] + totals[:-1][keep] - totals[firsts][seq])
-    new_lengths = flat[keep].tolist()
-    rows = seq.tolist()
-    columns = {"n": new_lengths, how.lengths: [[x] for x in new_lengths]}
-    columns.update((name, [col[b] for b in rows]) for name, col in sequences.columns.items() if name not in columns)
-    return new_lengths, new_offsets, ValueColumns(len(new_lengths), columns)
+    offsets = np.asarray(offsets, dtype=np.int64)[seq] + totals[:-1][keep] - totals[firsts][seq]
+    return Members(how, flat[keep].tolist(), offsets, seq.tolist())
 
 
 def _fewer_tiles(members: np.ndarray, lengths: np.ndarray, block_q: int, block_k: int) -> bool:

@@ -211,7 +211,7 @@ class Attention:
             lengths, offsets = [int(n)] * int(batch), np.zeros(int(batch), dtype=np.int64)
         sequences = self.sequences(lengths, params)
         if cu_seqlens is not None:
-            _, offsets, sequences = self._split_members(lengths, offsets, sequences)
+            _, offsets, sequences = self._split_members(lengths, offsets, sequences, None)
         compiled = self.compiled
         native.start()  # (an Attention sent to a worker process starts its C++ planner there too)
         key = compiled.plan_key(sequences, offsets)
@@ -345,17 +345,27 @@ class Attention:
                 self._checked_values.clear()
             seen = self._checked_values[values_key] = _CheckedValues(lengths, offsets)
         if packed:
-            lengths, offsets, sequences = self._split_members(lengths, offsets, sequences)
+            lengths, offsets, sequences = self._split_members(lengths, offsets, sequences, seen)
         return _Inputs(tq, tk, tv, packed, scale, lengths, offsets, sequences, seen)
 
-    def _split_members(self, lengths: list[int], offsets: np.ndarray, sequences: ValueColumns):
-        """A packed call's sequences, each split into its family's members where the mask allows it (see
-        maskc.plan.members; the planner then checks and reports values that do not split), else as given."""
-        if self._members is not None:
+    def _split_members(self, lengths: list[int], offsets: np.ndarray, sequences: ValueColumns,
+                       seen: _CheckedValues | None):
+        """A packed call's sequences, each split into its family's members where the mask allows it and that
+        visits fewer tiles (maskc.plan.members; the planner checks and reports values that do not split), else as
+        given. `seen` keeps the split for later calls with these values."""
+        if self._members is None:
+            return lengths, offsets, sequences
+        if seen is not None and seen.members is not _NOT_SPLIT:
+            members = seen.members
+        else:
             members = split(self._members, lengths, offsets, sequences, self.compiled.options.tile)
-            if members is not None and len(members[0]) <= MAX_SEQUENCES:
-                return members
-        return lengths, offsets, sequences
+            if members is not None and len(members.lengths) > MAX_SEQUENCES:
+                members = None
+            if seen is not None:
+                seen.members = members
+        if members is None:
+            return lengths, offsets, sequences
+        return members.lengths, members.offsets, members.values(sequences)
 
     def _call(self, x: _Inputs, out, lse) -> _Result:
         """The checked call: plan (or find the plan), check the outputs, prepare the launch and launch it."""
@@ -497,6 +507,9 @@ class Attention:
 _CHECKED_VALUES = 16
 
 
+_NOT_SPLIT = object()  # (a _CheckedValues whose split was not asked for yet)
+
+
 @dataclass(eq=False)
 class _CheckedValues:
     """What the checks found of a call's runtime values, kept for later calls with the same ones (by content): the
@@ -505,6 +518,7 @@ class _CheckedValues:
     lengths: list[int]
     offsets: np.ndarray
     plan_key: tuple | None = None
+    members: object = _NOT_SPLIT  # maskc.plan.members.split's answer (Members or None) once asked
 
 
 @dataclass(frozen=True)

@@ -372,7 +372,7 @@ def as_called(compiled: CompiledMask, sequences: list[dict[str, object]], layout
                   compiled.options.tile)
     if parts is None:
         return None
-    members = parts[2]
+    members = parts.values(ValueColumns(len(lengths), columns))
     stats = compiled.plan([members._make(b) for b in range(len(members))])[0].stats
     return (f"{len(members):,} sequences in a packed call, one per member of {how.family} (no rule crosses its "
             f"members: tiles start at each): {stats.tiles_full + stats.tiles_partial:,} tiles visited, "
