@@ -14,5 +14,6 @@ for b in main ms; do (use $b
   tests/gpu/test_kernels.py tests/gpu/test_backward.py -k document > $OUT/pytest-ms.log 2>&1
   echo "tests (ms): $(tail -1 $OUT/pytest-ms.log)"; grep FAILED $OUT/pytest-ms.log | head)
 for b in ms main; do (use $b; echo "== harness $b"
-  timeout 90 python3 bench/harness.py --backward --systems maskc --workloads document 2>&1 | grep -v -i warn | tail -4)
-done 2>&1 | tee $OUT/harness.txt
+  timeout 90 python3 bench/harness.py --backward --systems maskc --workloads document > $OUT/harness-$b.log 2>&1
+  grep -v -i warn $OUT/harness-$b.log | grep -i -E "^document|tflop|time|fwd|bwd|backward|forward" | cut -c1-100)
+done
