@@ -495,6 +495,7 @@ def test_a_packed_call_of_long_documents_plans_each_document_as_a_sequence_and_s
     """maskc.plan.members: the forward, its backward and a plan made ahead all plan the members as sequences (at
     their token offsets) where that visits fewer tiles, and the sequences as given where it does not."""
     from maskc.compiler import CompiledMask
+    from maskc.runtime import Attention
 
     attn = _document_attention()
     fake(attn)
@@ -509,6 +510,12 @@ def test_a_packed_call_of_long_documents_plans_each_document_as_a_sequence_and_s
     assert planned and all(p == ([300, 1000, 1000], [0, 300, 1300]) for p in planned)
     planned.clear()
     attn(q, k, v, cu_seqlens=[0, 300, 2300], docs=[[300], [60] * 30 + [200]])
+    assert planned == [([300, 2000], [0, 300])]
+    monkeypatch.setenv("MASKC_MEMBERS", "0")  # (read when an Attention is made)
+    planned.clear()
+    together = Attention(attn.compiled)
+    fake(together)
+    together(q, k, v, **call)
     assert planned == [([300, 2000], [0, 300])]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -154,8 +155,9 @@ class Attention:
         # forward's, and each layer's call after the first its predecessor's.
         self._checked_values: dict[tuple, _CheckedValues] = {}
         # A packed sequence of a family whose members never see each other runs as one sequence per member,
-        # so that tiles start at each member (maskc.plan.members); None for other masks.
-        self._members = member_split(compiled.program)
+        # so that tiles start at each member (maskc.plan.members); None for other masks, and with MASKC_MEMBERS=0
+        # (the sequences as given: the same results, for comparisons).
+        self._members = member_split(compiled.program) if os.environ.get("MASKC_MEMBERS", "1") != "0" else None
 
     @property
     def program(self):
