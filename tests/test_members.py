@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from test_examples import EXAMPLES
 
 from maskc.compiler import compile_file, compile_text
+from maskc.diagnostics import MaskError, ValueProblem
 from maskc.kernels import KernelOptions
 from maskc.plan.layout_batch import ValueColumns
 from maskc.plan.members import member_split, split
@@ -128,3 +129,49 @@ def test_the_members_as_sequences_see_exactly_what_their_sequence_sees(name, doc
     got = parts.values(values)
     assert sum(parts.lengths) == total
     assert np.array_equal(_dense(name, [got._make(b) for b in range(len(got))], parts.offsets, total), want)
+
+
+def _int_terms(depth: int):
+    """Random integer expressions over what a rule inside members may read, and what it may not (`n`, `i`, a list)."""
+    atoms = st.sampled_from(["q", "k", "q.pos", "k.pos", "w", "n", "i", "table[0]", "0", "1", "3", "-2"])
+    if depth == 0:
+        return atoms
+    sub = _int_terms(depth - 1)
+    return st.one_of(
+        atoms,
+        st.tuples(sub, st.sampled_from(["+", "-", "*", "//", "%"]), sub).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+        st.tuples(st.sampled_from(["min", "max"]), sub, sub).map(lambda t: f"{t[0]}({t[1]}, {t[2]})"),
+        sub.map(lambda a: f"abs({a})"),
+    )
+
+
+_predicates = st.tuples(_int_terms(2), st.sampled_from(["<", "<=", "==", "!=", ">="]), _int_terms(2),
+                        st.sampled_from(["", " and k <= q", " or q.pos == k.pos"])).map(
+    lambda t: f"{t[0]} {t[1]} {t[2]}{t[3]}")
+
+
+@settings(max_examples=150, deadline=None)
+@given(predicate=_predicates, docs=st.lists(st.integers(0, 7), min_size=1, max_size=4), w=st.integers(-2, 3))
+def test_whatever_a_rule_reads_a_split_it_allows_sees_the_same_pairs(predicate, docs, w):
+    """The analysis is sound: any rule `D[i] -> D[i] where ...` that member_split accepts sees, split, exactly the
+    pairs it sees over the whole sequence (random rules over positions, parameters, the member index and a list)."""
+    try:
+        c = compiled(f"D[i] -> D[i] where {predicate}")
+    except MaskError:
+        return  # (an expression the language refuses: a division by a constant 0, say)
+    how = member_split(c.program)
+    if how is None or sum(docs) == 0:
+        return
+    name = f"D[i] -> D[i] where {predicate}"
+    compiled_cache.setdefault(name, c)
+    n = sum(docs)
+    values = ValueColumns(1, {"n": [n], "docs": [docs], "w": [w]})
+    members = split(how, [n], np.array([0]), values, None)
+    got = members.values(values)
+    try:
+        want = _dense(name, [values._make(0)], [0], n)
+    except ValueProblem:  # (a division by w = 0): refused apart too
+        with pytest.raises(ValueProblem):
+            _dense(name, [got._make(b) for b in range(len(got))], members.offsets, n)
+        return
+    assert np.array_equal(_dense(name, [got._make(b) for b in range(len(got))], members.offsets, n), want)
