@@ -169,7 +169,7 @@ def _fewer_tiles(members: np.ndarray, lengths: np.ndarray, block_q: int, block_k
     a mask that is whole inside each member and one causal inside each: the shapes that bound what a rule
     inside members looks like. Short members lose: each then fills a tile of its own with few tokens (512
     documents of 64 tokens take 512 tiles apart and 256 together); long ones gain the tiles that straddle two
-    (ANCHORS' 12 documents: 4,470 against 4,570 at 128 x 128). `members`: the non-empty members' lengths,
+    (ANCHORS' 12 documents: 4,471 against 4,570 at 128 x 128). `members`: the non-empty members' lengths,
     sequence by sequence; `lengths`: the sequences' (the members tile them)."""
     ends = np.cumsum(members)
     starts = ends - members
