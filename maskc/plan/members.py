@@ -15,10 +15,11 @@ Splitting is exact when nothing of the mask changes for a member taken out of it
   - the rest of each predicate reads nothing that moves with the member: `q.pos`, `k.pos`, scalar parameters
     other than `n`, and the positions `q`, `k` only where a shift of both cancels (`k <= q`, `q - k < w`); no
     member index, no list, no `n`.
-The runtime applies it to a call's values (`split`, then `Members.values`) before planning, so every planner and kernel sees an
-ordinary packed batch; values it cannot read (not lists of non-negative ints summing to each sequence's length)
-are left as given, and the planner reports what is wrong with them. Short members are left together too: apart,
-each fills a tile of its own with few tokens (`_fewer_tiles` decides by the tiles both ways would visit).
+The runtime applies it to a packed call's values (`split`, then `Members.values`) before planning, so every
+planner and kernel sees an ordinary packed batch; values it cannot read (not lists of non-negative ints summing to
+each sequence's length) are left as given, and the planner reports what is wrong with them. Short members are left
+together too: apart, each fills a tile of its own with few tokens (`_fewer_tiles` decides by the tiles both ways
+would visit). A padded call keeps its sequences (its LSE is [B, H, N]: a member cannot be a sequence there).
 """
 
 from __future__ import annotations
