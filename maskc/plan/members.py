@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from maskc import ir
+from maskc.plan.arrays import expand
 from maskc.plan.layout_batch import ValueColumns
 
 
@@ -177,17 +178,15 @@ def _fewer_tiles(members: np.ndarray, lengths: np.ndarray, block_q: int, block_k
     # Apart: a member of L tokens has ceil(L / block_q) query tiles; the one holding queries a..b-1 sees keys up to
     # b - 1 when causal, up to L - 1 when whole.
     q_tiles = -(-members // block_q)
-    member = np.repeat(np.arange(len(members)), q_tiles)
-    first = np.arange(len(member)) - np.repeat(np.cumsum(q_tiles) - q_tiles, q_tiles)
-    last_query = np.minimum((first + 1) * block_q, members[member]) - 1
+    member, tile = expand(q_tiles)
+    last_query = np.minimum((tile + 1) * block_q, members[member]) - 1
     apart_causal = int(np.sum(last_query // block_k + 1))
     apart_whole = int(np.sum(q_tiles * -(-members // block_k)))
     # Together: a query tile of a sequence sees from the start of its first query's member to the end of its last
     # query's member (whole), or to its last query (causal).
     seq_start = np.cumsum(lengths) - lengths
-    tiles = -(-lengths // block_q)
-    seq = np.repeat(np.arange(len(lengths)), tiles)
-    a = seq_start[seq] + (np.arange(len(seq)) - np.repeat(np.cumsum(tiles) - tiles, tiles)) * block_q
+    seq, tile = expand(-(-lengths // block_q))
+    a = seq_start[seq] + tile * block_q
     b = np.minimum(a + block_q, seq_start[seq] + lengths[seq])
     lo = starts[np.searchsorted(ends, a, side="right")] - seq_start[seq]
     hi = ends[np.searchsorted(ends, b - 1, side="right")] - seq_start[seq]

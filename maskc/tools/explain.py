@@ -367,12 +367,12 @@ def as_called(compiled: CompiledMask, sequences: list[dict[str, object]], layout
     lengths = [lay.n for lay in layouts]
     names = {name for line in sequences for name in line if name != "n"}
     defaults = {p.name: p.default for p in compiled.program.runtime_params}
-    columns = {"n": lengths, **{name: [line.get(name, defaults[name]) for line in sequences] for name in names}}
-    parts = split(how, lengths, np.zeros(len(lengths), dtype=np.int64), ValueColumns(len(lengths), columns),
-                  compiled.options.tile)
+    given = ValueColumns(len(lengths), {"n": lengths, **{name: [line.get(name, defaults[name]) for line in sequences]
+                                                         for name in names}})
+    parts = split(how, lengths, np.zeros(len(lengths), dtype=np.int64), given, compiled.options.tile)
     if parts is None:
         return None
-    members = parts.values(ValueColumns(len(lengths), columns))
+    members = parts.values(given)
     stats = compiled.plan([members._make(b) for b in range(len(members))])[0].stats
     return (f"{len(members):,} sequences in a packed call, one per member of {how.family} (no rule crosses its "
             f"members: tiles start at each): {stats.tiles_full + stats.tiles_partial:,} tiles visited, "
