@@ -21,6 +21,7 @@ from small_configs import SMALL, packed_call
 
 import maskc
 from maskc import runtime
+from maskc.diagnostics import ValueProblem
 from maskc.runtime import BACKWARD_SLOTS, KEY_TABLE_ARGS, TABLE_ARGS
 from maskc.runtime.launch import LaunchCache
 
@@ -517,6 +518,33 @@ def test_a_packed_call_of_long_documents_plans_each_document_as_a_sequence_and_s
     fake(together)
     together(q, k, v, **call)
     assert planned == [([300, 2000], [0, 300])]
+
+
+DIVIDED_DOCUMENTS = """mask divided(docs: [int], w: int = 3)
+segments:
+    D[i] = docs[i]
+rules:
+    D[i] -> D[i] where k <= q and (q - k) // w < 2
+"""
+
+
+def test_values_a_split_call_refuses_are_reported_of_the_sequences_as_given(fake, monkeypatch):
+    """A member's index and n are not the caller's: a zero divisor in a call that splits names the caller's
+    sequence, in the forward and in a plan made ahead."""
+    from maskc.compiler import CompiledMask
+
+    attn = maskc.loads(DIVIDED_DOCUMENTS, arch="sm_90a", head_dim=64, dtype="fp16")
+    fake(attn)
+    planned, tables = [], CompiledMask.tables
+    monkeypatch.setattr(CompiledMask, "tables", lambda self, seqs, offsets, **kw: planned.append(
+        [s["n"] for s in seqs]) or tables(self, seqs, offsets, **kw))
+    call = {"cu_seqlens": [0, 2000, 2300], "docs": [[1000, 1000], [300]]}
+    attn.plan(**call, w=[3, 3])
+    assert planned == [[1000, 1000, 300]]  # (these values split)
+    q, k, v = ndarray((2300, 2, 64)), ndarray((2300, 2, 64)), ndarray((2300, 2, 64))
+    for run in (lambda: attn.plan(**call, w=[3, 0]), lambda: attn(q, k, v, **call, w=[3, 0])):
+        with pytest.raises(ValueProblem, match=r"sequence 1: the divisor w is zero \(n = 300, w = 0\)"):
+            run()
 
 
 def test_a_call_and_its_backward_given_a_plan_made_ahead_launch_with_its_tables(fake):

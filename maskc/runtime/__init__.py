@@ -212,12 +212,14 @@ class Attention:
             _check_sequence_count(int(batch), "batch")
             lengths, offsets = [int(n)] * int(batch), np.zeros(int(batch), dtype=np.int64)
         sequences = self.sequences(lengths, params)
+        given = None
         if cu_seqlens is not None:
+            given = (sequences, offsets)
             _, offsets, sequences = self._split_members(lengths, offsets, sequences, None)
         compiled = self.compiled
         native.start()  # (an Attention sent to a worker process starts its C++ planner there too)
         key = compiled.plan_key(sequences, offsets)
-        tables = compiled.tables(sequences, offsets, key=key)
+        tables = self._tables(sequences, offsets, key, given)
         by_key = compiled.key_tables(*tables[:2]) if compiled.options.backward is not None else None
         return Plan(compiled.fingerprint, key, tables, by_key)
 
@@ -346,9 +348,10 @@ class Attention:
             if len(self._checked_values) >= _CHECKED_VALUES:
                 self._checked_values.clear()
             seen = self._checked_values[values_key] = _CheckedValues(lengths, offsets)
+        given = (sequences, offsets) if packed else None
         if packed:
             lengths, offsets, sequences = self._split_members(lengths, offsets, sequences, seen)
-        return _Inputs(tq, tk, tv, packed, scale, lengths, offsets, sequences, seen)
+        return _Inputs(tq, tk, tv, packed, scale, lengths, offsets, sequences, seen, given)
 
     def _split_members(self, lengths: list[int], offsets: np.ndarray, sequences: ValueColumns,
                        seen: _CheckedValues | None):
@@ -369,10 +372,21 @@ class Attention:
             return lengths, offsets, sequences
         return members.lengths, members.offsets, members.values(sequences)
 
+    def _tables(self, sequences: ValueColumns, offsets: np.ndarray, key: tuple, given: tuple | None):
+        """compiled.tables of a call's values. Where the call's sequences were split into members and the planner
+        refuses the values, the sequences as given are planned instead for the message: a member's index and n are
+        not the caller's."""
+        try:
+            return self.compiled.tables(sequences, offsets, key=key)
+        except ValueProblem:
+            if given is not None and given[0] is not sequences:
+                self.compiled.tables(*given)  # (refuses them too: the split keeps every scalar parameter)
+            raise
+
     def _call(self, x: _Inputs, out, lse) -> _Result:
         """The checked call: plan (or find the plan), check the outputs, prepare the launch and launch it."""
         tq, tk, tv = x.q, x.k, x.v
-        desc, tables, _ = self.compiled.tables(x.sequences, x.offsets, key=x.plan_key)
+        desc, tables, _ = self._tables(x.sequences, x.offsets, x.plan_key, x.given)
         to, tl = _outputs(tq, out, lse, x.lse_shape)
         launch = self._prepare(tq, tk, tv, to, tl, x.packed, desc, tables, x.scale, x.lse_shape)
         if launch is not None:
@@ -423,7 +437,7 @@ class Attention:
         tl = _describe(lse, "lse")
         _check_lse(tl, tq, x.lse_shape)
         nondeterministic = bwd.name if tq.library == "torch" and not bwd.deterministic else None
-        desc, tables, _ = compiled.tables(x.sequences, x.offsets, key=x.plan_key)
+        desc, tables, _ = self._tables(x.sequences, x.offsets, x.plan_key, x.given)
         hq, hkv = tq.shape[-2], tk.shape[-2]
         if len(desc.work_seq) == 0 or hq == 0:  # nothing to launch: the gradients have no elements
             return _BackwardLaunch.of(None, tq, tk, tv, x.lse_shape, None, nondeterministic), desc
@@ -536,6 +550,7 @@ class _Inputs:
     offsets: np.ndarray  # token offset of each sequence
     sequences: ValueColumns  # runtime values per sequence
     seen: _CheckedValues | None = None  # kept for later calls with these values; None where they cannot be keyed
+    given: tuple | None = None  # a packed call's (sequences, offsets) before any split into members
 
     @cached_property
     def plan_key(self) -> tuple:
