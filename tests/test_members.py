@@ -175,3 +175,10 @@ def test_whatever_a_rule_reads_a_split_it_allows_sees_the_same_pairs(predicate, 
             _dense(name, [got._make(b) for b in range(len(got))], members.offsets, n)
         return
     assert np.array_equal(_dense(name, [got._make(b) for b in range(len(got))], members.offsets, n), want)
+
+
+def test_the_standalone_source_says_where_members_may_be_sequences_of_their_own():
+    """`maskc compile`'s users plan their own batches: the source tells them when they may split."""
+    note = "may be planned and launched as a sequence of its own (docs = [its length]"
+    sources = {name: compile_file(EXAMPLES / f"{name}.mask", KernelOptions()).source for name in ("document", "causal")}
+    assert note in sources["document"].replace("\n// ", " ") and note not in sources["causal"].replace("\n// ", " ")

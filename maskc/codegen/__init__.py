@@ -21,6 +21,7 @@ from maskc.cache import cache_dir, read_entry, write_entry
 from maskc.codegen.host_code import family_lists, host_expr
 from maskc.codegen.mask_code import MAX_REGIONS, MaskCode, SeqValue, mask_code
 from maskc.kernels import KernelOptions, abi, kernel_name, planner_name
+from maskc.plan.members import member_split
 from maskc.plan.tiling import tiling_for
 from maskc.resources import resource_dir
 
@@ -131,6 +132,7 @@ def render_source(program: ir.Program, options: KernelOptions, source_name: str 
         source_name=source_name or banner_name(program),
         program=program,
         rules=[(r.rule or ir.show(r.pred)) for r in program.regions],
+        members=member_split(program),
         show=ir.show,
         code=code,
         seq=code.seq_table,
