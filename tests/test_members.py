@@ -11,9 +11,10 @@ from test_examples import EXAMPLES
 
 from maskc.compiler import compile_file, compile_text
 from maskc.diagnostics import MaskError, ValueProblem
+from maskc.ir.members import member_split
 from maskc.kernels import KernelOptions
 from maskc.plan.layout_batch import ValueColumns
-from maskc.plan.members import member_split, split
+from maskc.plan.members import split
 from maskc.tools.reference import dense_mask
 
 HEADER = "mask docs_mask(docs: [int], w: int = 3, table: [int] = [1, 2])\nsegments:\n    D[i] = docs[i]\nrules:\n"

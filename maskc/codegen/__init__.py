@@ -20,8 +20,8 @@ from maskc import __version__, ir
 from maskc.cache import cache_dir, read_entry, write_entry
 from maskc.codegen.host_code import family_lists, host_expr
 from maskc.codegen.mask_code import MAX_REGIONS, MaskCode, SeqValue, mask_code
+from maskc.ir.members import member_split
 from maskc.kernels import KernelOptions, abi, kernel_name, planner_name
-from maskc.plan.members import member_split
 from maskc.plan.tiling import tiling_for
 from maskc.resources import resource_dir
 

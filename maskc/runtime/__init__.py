@@ -21,11 +21,12 @@ import numpy as np
 
 from maskc.compiler import CompiledMask, frozen_values
 from maskc.diagnostics import Span, ValueProblem, value_problem
+from maskc.ir.members import member_split
 from maskc.memo import per_object
 from maskc.plan import native
 from maskc.plan.by_key import KeyTables, long_items
 from maskc.plan.layout_batch import ValueColumns
-from maskc.plan.members import member_split, split
+from maskc.plan.members import split
 from maskc.runtime.launch import Kernel, LaunchCache, PreparedLaunch, cupy_stream, current_stream_handle, current_stream_of
 from maskc.runtime.tensor_maps import grid_box_map, tensor_map
 

@@ -20,12 +20,13 @@ import numpy as np
 from maskc import ir
 from maskc.compiler import CompiledMask, compile_program
 from maskc.diagnostics import show_value
+from maskc.ir.members import member_split
 from maskc.kernels import KernelOptions, TileKind
 from maskc.plan import native
 from maskc.plan.arrays import expand
 from maskc.plan.layout import ConcreteLayout, SequenceValues
 from maskc.plan.layout_batch import ValueColumns
-from maskc.plan.members import member_split, split
+from maskc.plan.members import split
 from maskc.plan.planner import Descriptor
 from maskc.tools.reference import dense_mask, visible
 
