@@ -59,6 +59,8 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from maskc.kernels.family import BACKWARD_PASSES
+
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -405,7 +407,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=f"systems (default: all). One of: {', '.join(SYSTEMS)}")
     p.add_argument("--family", choices=list(FAMILIES), default="auto",
                    help="maskc kernel family: auto (no arch), sm80 (arch='sm_80'), sm90a (arch='sm_90a')")
-    p.add_argument("--backward-kernels", choices=("portable", "hopper", "hopper_fused"), default=None,
+    p.add_argument("--backward-kernels", choices=BACKWARD_PASSES, default=None,
                    help="maskc's backward pass (default: maskc's choice for the options; docs/training.md)")
     p.add_argument("--head-dim", type=int, choices=(64, 128, 256), default=128)
     p.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
