@@ -59,9 +59,9 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from maskc.kernels.family import BACKWARD_PASSES
-
 import numpy as np
+
+from maskc.kernels.family import BACKWARD_PASSES
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
