@@ -215,8 +215,7 @@ class Attention:
         sequences = self.sequences(lengths, params)
         given = None
         if cu_seqlens is not None:
-            given = (sequences, offsets)
-            _, offsets, sequences = self._split_members(lengths, offsets, sequences, None)
+            _, offsets, sequences, given = self._split_members(lengths, offsets, sequences, None)
         compiled = self.compiled
         native.start()  # (an Attention sent to a worker process starts its C++ planner there too)
         key = compiled.plan_key(sequences, offsets)
@@ -349,18 +348,19 @@ class Attention:
             if len(self._checked_values) >= _CHECKED_VALUES:
                 self._checked_values.clear()
             seen = self._checked_values[values_key] = _CheckedValues(lengths, offsets)
-        given = (sequences, offsets) if packed else None
+        given = None
         if packed:
-            lengths, offsets, sequences = self._split_members(lengths, offsets, sequences, seen)
+            lengths, offsets, sequences, given = self._split_members(lengths, offsets, sequences, seen)
         return _Inputs(tq, tk, tv, packed, scale, lengths, offsets, sequences, seen, given)
 
     def _split_members(self, lengths: list[int], offsets: np.ndarray, sequences: ValueColumns,
                        seen: _CheckedValues | None):
-        """A packed call's sequences, each split into its family's members where the mask allows it and that
-        visits fewer tiles (maskc.plan.members; the planner checks and reports values that do not split), else as
-        given. `seen` keeps the split for later calls with these values."""
+        """A packed call's (lengths, offsets, sequences), each sequence split into its family's members where the
+        mask allows it and that visits fewer tiles (maskc.plan.members; the planner checks and reports values that
+        do not split), else as given; then (sequences, offsets) as given where they were split, else None. `seen`
+        keeps the split for later calls with these values."""
         if self._members is None:
-            return lengths, offsets, sequences
+            return lengths, offsets, sequences, None
         if seen is not None and seen.members is not _NOT_SPLIT:
             members = seen.members
         else:
@@ -370,17 +370,17 @@ class Attention:
             if seen is not None:
                 seen.members = members
         if members is None:
-            return lengths, offsets, sequences
-        return members.lengths, members.offsets, members.values(sequences)
+            return lengths, offsets, sequences, None
+        return members.lengths, members.offsets, members.values(sequences), (sequences, offsets)
 
     def _tables(self, sequences: ValueColumns, offsets: np.ndarray, key: tuple, given: tuple | None):
-        """compiled.tables of a call's values. Where the call's sequences were split into members and the planner
-        refuses the values, the sequences as given are planned instead for the message: a member's index and n are
-        not the caller's."""
+        """compiled.tables of a call's values. Where the call's sequences were split into members (`given`: the
+        sequences and offsets before) and the planner refuses the values, the sequences as given are planned
+        instead for the message: a member's index and n are not the caller's."""
         try:
             return self.compiled.tables(sequences, offsets, key=key)
         except ValueProblem:
-            if given is not None and given[0] is not sequences:
+            if given is not None:
                 self.compiled.tables(*given)  # (refuses them too: the split keeps every scalar parameter)
             raise
 
@@ -551,7 +551,7 @@ class _Inputs:
     offsets: np.ndarray  # token offset of each sequence
     sequences: ValueColumns  # runtime values per sequence
     seen: _CheckedValues | None = None  # kept for later calls with these values; None where they cannot be keyed
-    given: tuple | None = None  # a packed call's (sequences, offsets) before any split into members
+    given: tuple | None = None  # a packed call's (sequences, offsets) before its split into members, if split
 
     @cached_property
     def plan_key(self) -> tuple:

@@ -374,7 +374,7 @@ def as_called(compiled: CompiledMask, sequences: list[dict[str, object]], layout
     if parts is None:
         return None
     members = parts.values(given)
-    stats = compiled.plan([members._make(b) for b in range(len(members))])[0].stats
+    stats = compiled.plan(members)[0].stats
     return (f"{len(members):,} sequences in a packed call, one per member of {how.family} (no rule crosses its "
             f"members: tiles start at each): {stats.tiles_full + stats.tiles_partial:,} tiles visited, "
             f"{stats.tiles_full:,} full, {stats.tiles_partial:,} partial")
