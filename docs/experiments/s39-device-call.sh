@@ -10,9 +10,9 @@ export BUILDS="dl dz"
 source docs/experiments/device-builds.sh > /dev/null 2>&1
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && [ -z "${NO_TABLE:-}" ]; then
   echo "== H200: issue 6's table first"; ( PART=table timeout 330 bash docs/experiments/s38-device-call.sh 2>&1 | tail -22 )
-  export BUILDS="dl dz"; source docs/experiments/device-builds.sh > /dev/null 2>&1
+  export BUILDS="dl dz" TESTED=dz; source docs/experiments/device-builds.sh > /dev/null 2>&1
 fi
-for b in dl dz; do use $b
+for b in ${TESTED:-dl dz}; do use $b
   timeout ${TESTS_S:-150} python3 -m pytest -q -m gpu -n 16 -p no:cacheprovider -W ignore::DeprecationWarning -rf \
     tests/gpu/test_backward.py -k "hopper_fused_last" > $OUT/pytest-$b.log 2>&1
   echo "tests ($b, hopper_fused_last): $(tail -1 $OUT/pytest-$b.log)"; grep -E "FAILED|ERROR|Error" $OUT/pytest-$b.log | head -6
