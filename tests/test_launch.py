@@ -565,7 +565,7 @@ def test_a_call_and_its_backward_given_a_plan_made_ahead_launch_with_its_tables(
     assert len(record.launches) == 1
     # (the sequences as planned: maskc.plan.members may run the documents apart)
     _, offsets, sequences, _ = attn._split_members([120, 180], np.array([0, 120]),
-                                                attn.sequences([120, 180], {"docs": call["docs"]}), None)
+                                                   attn.sequences([120, 180], {"docs": call["docs"]}), None)
     assert attn.compiled.tables(sequences, offsets)[1] is plan.tables[1]
     attn.backward(q, k, v, out, lse, ndarray(q.shape), plan=plan, **call)
     assert len(record.launches) == 1 + len(attn.compiled.options.backward.kernels)
@@ -731,7 +731,7 @@ def test_a_backward_finds_what_its_forwards_checks_found_and_a_list_changed_in_p
     attn.backward(q, k, v, out, lse, ndarray(q.shape), cu_seqlens=[0, 120, 300], docs=docs)
     assert len(made) == 2 and len(attn.compiled._plans) == 2 and len(attn._checked_values) == 2
     _, offsets, sequences, _ = attn._split_members([120, 180], np.array([0, 120]),
-                                                attn.sequences([120, 180], {"docs": [[30, 90], [180]]}), None)
+                                                   attn.sequences([120, 180], {"docs": [[30, 90], [180]]}), None)
     new = plan_key(sequences, offsets)
     assert list(attn.compiled._plans)[-1] == new
     assert len(record.launches) == 1 + 2 * len(attn.compiled.options.backward.kernels)

@@ -8,12 +8,13 @@ for ANCHORS' document workload (12 documents in 32768 tokens) the 128 x 128 tile
 4,471 and the partial ones from 711 to 263, and on an H100 the forward's cycles by 5.9%, the dK/dV kernel's by
 5.0% (docs/benchmarks.md, thirty-seventh session).
 
-Splitting is exact when nothing of the mask changes for a member taken out of its sequence (which masks that
-is: maskc.ir.members). The runtime applies it to a packed call's values (`split`, then `Members.values`) before planning, so every
-planner and kernel sees an ordinary packed batch; values it cannot read (not lists of non-negative ints summing to
-each sequence's length) are left as given, and the planner reports what is wrong with them. Short members are left
-together too: apart, each fills a tile of its own with few tokens (`_fewer_tiles` decides by the tiles both ways
-would visit). A padded call keeps its sequences (its LSE is [B, H, N]: a member cannot be a sequence there).
+Splitting is exact when nothing of the mask changes for a member taken out of its sequence (which masks that is:
+maskc.ir.members). The runtime applies it to a packed call's values (`split`, then `Members.values`) before
+planning, so every planner and kernel sees an ordinary packed batch; values it cannot read (not lists of
+non-negative ints summing to each sequence's length) are left as given, and the planner reports what is wrong with
+them. Short members are left together too: apart, each fills a tile of its own with few tokens (`_fewer_tiles`
+decides by the tiles both ways would visit). A padded call keeps its sequences (its LSE is [B, H, N]: a member
+cannot be a sequence there).
 """
 
 from __future__ import annotations
