@@ -4,8 +4,14 @@
 # TIMING_HALF_REDUCTIONS, both: wrong results on purpose). What halving the fused dK/dV kernel's L2 traffic (Q and
 # dO copies, dQ's bulk reductions) would give the backward under the power cap: backward probes alternating over
 # BUILDS for ROUNDS rounds on WORKLOADS, the clocks sampled, and each build's clock and power from its own samples.
+# TESTED: builds whose backward GPU tests run first (st = main with the dS^T stores by stmatrix and each query's
+# LSE and delta side by side: the consumers' step 499 -> 464 SASS instructions).
 export TZ=UTC BUILDS="${BUILDS:-main hq hr hb}"
 source docs/experiments/device-builds.sh > /dev/null 2>&1
+for b in ${TESTED:-}; do (use $b
+  timeout ${TESTS_S:-150} python3 -m pytest -q -m gpu -n 16 -p no:cacheprovider -W ignore::DeprecationWarning -rf \
+    tests/gpu/test_backward.py > $OUT/pytest-$b.log 2>&1
+  echo "backward tests ($b): $(tail -1 $OUT/pytest-$b.log)"; grep -E "^FAILED|Error" $OUT/pytest-$b.log | head -6); done
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
   --format=csv -lms 200 > $OUT/clocks.csv 2>&1 & sampler=$!
 for round in $(seq ${ROUNDS:-2}); do order=$BUILDS; [ $((round % 2)) = 0 ] && order=$(echo $BUILDS | tr ' ' '\n' | tac | tr '\n' ' ')
