@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The fortieth session's device call (carry .whl; .whl/main = a wheel of main, .whl/deps lark and click; hq, hr,
-# hb = main with docs/experiments/s40/bwd-half-l2-timing-only.patch and its flags TIMING_HALF_Q,
-# TIMING_HALF_REDUCTIONS, both: wrong results on purpose). What halving the fused dK/dV kernel's L2 traffic (Q and
-# dO copies, dQ's bulk reductions) would give the backward under the power cap: backward probes alternating over
-# BUILDS for ROUNDS rounds on WORKLOADS, the clocks sampled, and each build's clock and power from its own samples.
-# TESTED: builds whose backward GPU tests run first (st = main with the dS^T stores by stmatrix and each query's
-# LSE and delta side by side: the consumers' step 499 -> 464 SASS instructions).
+# The fortieth session's device call (carry .whl; .whl/main = a wheel of main, .whl/deps lark and click; hq, hr, hb,
+# hp = main with docs/experiments/s40/bwd-half-l2-timing-only.patch and its flags TIMING_HALF_Q,
+# TIMING_HALF_REDUCTIONS, both, TIMING_PRIVATE_REDUCTIONS: wrong results on purpose). What halving the fused dK/dV
+# kernel's L2 traffic (Q and dO copies, dQ's bulk reductions) would give the backward under the power cap: backward
+# probes alternating over BUILDS for ROUNDS rounds on WORKLOADS, the clocks sampled, and each build's clock and
+# power from its own samples. TESTED: builds whose backward GPU tests run first (st = main with
+# docs/experiments/s40/bwd-stmatrix-stats-pairs.patch: the dS^T stores by stmatrix and each query's LSE and delta
+# side by side; the consumers' step 499 -> 464 SASS instructions).
 export TZ=UTC BUILDS="${BUILDS:-main hq hr hb}"
 source docs/experiments/device-builds.sh > /dev/null 2>&1
 for b in ${TESTED:-}; do (use $b
