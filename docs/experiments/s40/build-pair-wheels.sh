@@ -11,12 +11,11 @@ mkdir -p .whl/deps && pip download -q --no-deps -d .whl/deps lark click
 wheel main
 git apply docs/experiments/s40/bwd-paired-causal-prototype.patch
 trap 'git checkout -- $T $F' EXIT
+sed -i 's/^PAIRED_PROTOTYPE_BYTES = 0  # 16 + 16 + 16384/PAIRED_PROTOTYPE_BYTES = 16 + 16 + 16384/' $F
 cp $T /tmp/pair_template.j2
 for v in "pr 1 1" "pq 1 0" "pd 0 1" "p0 0 0"; do
   set -- $v
   sed "s/^#define MASKC_PAIRED 0$/#define MASKC_PAIRED 1/; s/^#define MASKC_PAIRED_Q 1$/#define MASKC_PAIRED_Q $2/;
        s/^#define MASKC_PAIRED_DQ 1$/#define MASKC_PAIRED_DQ $3/" /tmp/pair_template.j2 > $T
-  sed -i 's/^PAIRED_PROTOTYPE_BYTES = 0  # 16 + 16 + 16384/PAIRED_PROTOTYPE_BYTES = 16 + 16 + 16384/' $F
   wheel $1
-  git checkout -- $F
 done
