@@ -36,10 +36,9 @@ def union_overhead(name: str) -> tuple[int, int]:
     steps = sum(len(s) for s in lists.values())
     paired = 0
     for (seq, k), tiles in lists.items():
-        if k % 2 == 0:
-            paired += 2 * len(tiles | lists.get((seq, k + 1), set()))
-        elif (seq, k - 1) not in lists:  # an odd tile with no partner runs alone
-            paired += len(tiles)
+        if k % 2 == 0:  # a pair, or (the sequence's last tile) a lone one
+            partner = lists.get((seq, k + 1))
+            paired += len(tiles) if partner is None else 2 * len(tiles | partner)
     return steps, paired
 
 
