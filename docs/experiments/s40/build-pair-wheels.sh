@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
 # Builds the paired prototype's wheels into .whl/ from a clean checkout of main (run from the repository root):
-# main, and main with docs/experiments/s40/bwd-paired-causal-prototype.patch and MASKC_PAIRED 1 as pr (multicast
+# main, and main with docs/experiments/s40/bwd-paired-causal-prototype.patch, its Jinja switch paired_prototype on, as pr (multicast
 # and dQ exchange), pq (multicast only), pd (dQ exchange only), p0 (neither: the cluster launch and rank 1's longer
 # list alone). lark and click into .whl/deps. The tree is left as it was.
 set -euo pipefail
 T=templates/sm90a/attention_bwd.cu.j2 F=maskc/kernels/family.py
-git diff --quiet -- $T $F || { echo "$T or $F has changes: start from a clean tree"; exit 1; }
+git diff --quiet -- templates maskc || { echo "templates/ or maskc/ has changes: start from a clean tree"; exit 1; }
 wheel() { rm -rf build .whl/$1; pip wheel -q . --no-deps -w .whl/$1; }
 mkdir -p .whl/deps && pip download -q --no-deps -d .whl/deps lark click
 wheel main
 git apply docs/experiments/s40/bwd-paired-causal-prototype.patch
-trap 'git checkout -- $T $F' EXIT
+trap 'git checkout -- templates maskc' EXIT  # (the patch touches more than T and F)
 sed -i 's/^PAIRED_PROTOTYPE_BYTES = 0  # 16 + 16 + 16384/PAIRED_PROTOTYPE_BYTES = 16 + 16 + 16384/' $F
 cp $T /tmp/pair_template.j2
 for v in "pr 1 1" "pq 1 0" "pd 0 1" "p0 0 0"; do
   set -- $v
-  sed "s/^#define MASKC_PAIRED 0$/#define MASKC_PAIRED 1/; s/^#define MASKC_PAIRED_Q 1$/#define MASKC_PAIRED_Q $2/;
+  sed "s/^{% set paired_prototype = false %}$/{% set paired_prototype = true %}/; s/^#define MASKC_PAIRED_Q 1$/#define MASKC_PAIRED_Q $2/;
        s/^#define MASKC_PAIRED_DQ 1$/#define MASKC_PAIRED_DQ $3/" /tmp/pair_template.j2 > $T
   wheel $1
 done
