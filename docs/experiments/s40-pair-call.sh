@@ -4,8 +4,9 @@
 # prototype is right for causal.mask over one sequence only. First the gradients of each of TESTED (default "pq
 # pd pr") against float32 (docs/experiments/s40/pair_check.py at CHECK_N, PyTorch's bf16 errors as the bar); a
 # build whose check times out (a hang) is dropped from the timing. Then causal's backward, probes alternating over
-# BUILDS (default "main p0 pq pd pr") for ROUNDS rounds.
-export TZ=UTC BUILDS="${BUILDS:-main p0 pq pd pr}"
+# BUILDS (default "main p0 pq pd pr le"; le is timed only, its GPU tests are for later) for ROUNDS rounds.
+# Where little device time is left, a shorter form: TESTED=pr CHECK_N=8192 BUILDS="main pr pd".
+export TZ=UTC BUILDS="${BUILDS:-main p0 pq pd pr le}"
 source docs/experiments/device-builds.sh > /dev/null 2>&1
 timed="main" failed=""
 for b in ${TESTED:-pq pd pr}; do

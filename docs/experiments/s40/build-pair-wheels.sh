@@ -2,13 +2,15 @@
 # Builds the paired prototype's wheels into .whl/ from a clean checkout of main (run from the repository root):
 # main, and main with docs/experiments/s40/bwd-paired-causal-prototype.patch, its Jinja switch paired_prototype on, as pr (multicast
 # and dQ exchange), pq (multicast only), pd (dQ exchange only), p0 (neither: the cluster launch and rank 1's longer
-# list alone). lark and click into .whl/deps. The tree is left as it was.
+# list alone), and le (main with docs/experiments/s40/bwd-lse-before-wait.patch: the step's LSE read before the
+# wgmma wait; for timing beside them). lark and click into .whl/deps. The tree is left as it was.
 set -euo pipefail
 T=templates/sm90a/attention_bwd.cu.j2 F=maskc/kernels/family.py
 git diff --quiet -- templates maskc || { echo "templates/ or maskc/ has changes: start from a clean tree"; exit 1; }
 wheel() { rm -rf build .whl/$1; pip wheel -q . --no-deps -w .whl/$1; }
 mkdir -p .whl/deps && pip download -q --no-deps -d .whl/deps lark click
 wheel main
+git apply docs/experiments/s40/bwd-lse-before-wait.patch && wheel le && git checkout -- templates
 git apply docs/experiments/s40/bwd-paired-causal-prototype.patch
 trap 'git checkout -- templates maskc' EXIT  # (the patch touches more than T and F)
 sed -i 's/^PAIRED_PROTOTYPE_BYTES = 0  # 16 + 16 + 16384/PAIRED_PROTOTYPE_BYTES = 16 + 16 + 16384/' $F
