@@ -9,10 +9,10 @@ T=templates/sm90a/attention_bwd.cu.j2 F=maskc/kernels/family.py
 git diff --quiet -- templates maskc || { echo "templates/ or maskc/ has changes: start from a clean tree"; exit 1; }
 wheel() { rm -rf build .whl/$1; pip wheel -q . --no-deps -w .whl/$1; }
 mkdir -p .whl/deps && pip download -q --no-deps -d .whl/deps lark click
+trap 'git checkout -- templates maskc' EXIT  # (the patches touch more than T and F; also where a build fails)
 wheel main
 git apply docs/experiments/s40/bwd-lse-before-wait.patch && wheel le && git checkout -- templates
 git apply docs/experiments/s40/bwd-paired-causal-prototype.patch
-trap 'git checkout -- templates maskc' EXIT  # (the patch touches more than T and F)
 sed -i 's/^PAIRED_PROTOTYPE_BYTES = 0  # 16 + 16 + 16384/PAIRED_PROTOTYPE_BYTES = 16 + 16 + 16384/' $F
 cp $T /tmp/pair_template.j2
 for v in "pr 1 1" "pq 1 0" "pd 0 1" "p0 0 0"; do
