@@ -10,6 +10,8 @@
 #   pf:  the receiving consumer stages its share into sdQ's half step % 2 and adds the partner's share at the start
 #        of the next step (ADD_AT 2); st.async sends
 #   pfr: pf with Q and dO multicast
+#   pn:  TIMING ONLY (dQ wrong): the writer waits for the partner's share and adds nothing (ADD_AT 3); st.async
+#        sends. What the exchange's traffic and the writer's lockstep cost with no add and no consumer waiting.
 # and lark and click into .whl/deps. The tree is left as it was.
 set -euo pipefail
 T=templates/sm90a/attention_bwd.cu.j2 F=maskc/kernels/family.py
@@ -21,7 +23,7 @@ wheel main
 git apply docs/experiments/s42/bwd-paired-consumer-add.patch
 sed -i 's/^PAIRED_PROTOTYPE_BYTES = 0  # 16 + 16 + 16384/PAIRED_PROTOTYPE_BYTES = 16 + 16 + 16384/' $F
 cp $T /tmp/pair_template.j2
-for v in "pd 0 0 0" "pdb 0 0 1" "pa 0 1 0" "pb 0 1 1" "pbr 1 1 1" "pf 0 2 0" "pfr 1 2 0"; do
+for v in "pd 0 0 0" "pdb 0 0 1" "pa 0 1 0" "pb 0 1 1" "pbr 1 1 1" "pf 0 2 0" "pfr 1 2 0" "pn 0 3 0"; do
   set -- $v
   sed "s/^{% set paired_prototype = false %}$/{% set paired_prototype = true %}/; s/^#define MASKC_PAIRED_Q 1$/#define MASKC_PAIRED_Q $2/;
        s/^#define MASKC_PAIRED_ADD_AT 1$/#define MASKC_PAIRED_ADD_AT $3/; s/^#define MASKC_PAIRED_SEND 1$/#define MASKC_PAIRED_SEND $4/" \
