@@ -120,7 +120,7 @@ def simulate(add_at: int, steps: int, rng: random.Random, mutant: str = "", mult
         yield from wait(lambda: ds_reached[r][1 - c] >= s)
 
     def take_share(r, t):
-        """RC of CTA r reads the partner's share of step t from recv (after waiting on recv_full)."""
+        """CTA r's RC (ADD_AT 3: its W) reads the partner's share of step t from recv, after waiting on recv_full."""
         recv_full[r].arrive(expect_bytes=1)  # thread 0's arrive.expect_tx, the phase's one arrival
         yield from wait(lambda: recv_full[r].passed(t & 1))
         if recv[r] != t or recv_read[r]:
@@ -188,11 +188,7 @@ def simulate(add_at: int, steps: int, rng: random.Random, mutant: str = "", mult
             yield from sync(full[r], "W")
             b = t & 1 if add_at == 2 else 0
             if add_at == 3:
-                recv_full[r].arrive(expect_bytes=1)
-                yield from wait(lambda: recv_full[r].passed(t & 1))
-                if recv[r] != t or recv_read[r]:
-                    raise Misuse(f"CTA {r} step {t}: recv holds step {recv[r]}")
-                recv_read[r] = True
+                yield from take_share(r, t)  # (the writer's wait, with nothing added)
                 half_check(r, b, ("staged", t))
             else:
                 half_check(r, b, ("summed", t))
