@@ -4,12 +4,8 @@
 # and dQ exchange), pq (multicast only), pd (dQ exchange only), p0 (neither: the cluster launch and rank 1's longer
 # list alone), and le (main with docs/experiments/s40/bwd-lse-before-wait.patch: the step's LSE read before the
 # wgmma wait; for timing beside them). lark and click into .whl/deps. The tree is left as it was.
-set -euo pipefail
+source docs/experiments/wheel-builds.sh
 T=templates/sm90a/attention_bwd.cu.j2 F=maskc/kernels/family.py
-git diff --quiet -- templates maskc || { echo "templates/ or maskc/ has changes: start from a clean tree"; exit 1; }
-wheel() { rm -rf build .whl/$1; pip wheel -q . --no-deps -w .whl/$1; }
-mkdir -p .whl/deps && pip download -q --no-deps -d .whl/deps lark click
-trap 'git checkout -- templates maskc' EXIT  # (the patches touch more than T and F; also where a build fails)
 wheel main
 git apply docs/experiments/s40/bwd-lse-before-wait.patch && wheel le && git checkout -- templates
 git apply docs/experiments/s40/bwd-paired-causal-prototype.patch

@@ -13,12 +13,8 @@
 #   pn:  TIMING ONLY (dQ wrong): the writer waits for the partner's share and adds nothing (ADD_AT 3); st.async
 #        sends. What the exchange's traffic and the writer's lockstep cost with no add and no consumer waiting.
 # and lark and click into .whl/deps. The tree is left as it was.
-set -euo pipefail
+source docs/experiments/wheel-builds.sh
 T=templates/sm90a/attention_bwd.cu.j2 F=maskc/kernels/family.py
-git diff --quiet -- templates maskc || { echo "templates/ or maskc/ has changes: start from a clean tree"; exit 1; }
-wheel() { rm -rf build .whl/$1; pip wheel -q . --no-deps -w .whl/$1; }
-mkdir -p .whl/deps && pip download -q --no-deps -d .whl/deps lark click
-trap 'git checkout -- templates maskc' EXIT  # (also where a build fails)
 wheel main
 git apply docs/experiments/s42/bwd-paired-consumer-add.patch
 sed -i 's/^PAIRED_PROTOTYPE_BYTES = 0  # 16 + 16 + 16384/PAIRED_PROTOTYPE_BYTES = 16 + 16 + 16384/' $F

@@ -6,11 +6,7 @@
 #   ss: dS^T stored by stmatrix.x4 only (docs/experiments/s43/bwd-stmatrix-only.patch)
 #   sl: each query's LSE and delta side by side, read in one 16-byte load only (bwd-stats-pairs-only.patch)
 # and lark and click into .whl/deps. The tree is left as it was.
-set -euo pipefail
-git diff --quiet -- templates maskc || { echo "templates/ or maskc/ has changes: start from a clean tree"; exit 1; }
-wheel() { rm -rf build .whl/$1; pip wheel -q . --no-deps -w .whl/$1; }
-mkdir -p .whl/deps && pip download -q --no-deps -d .whl/deps lark click
-trap 'git checkout -- templates maskc' EXIT  # (also where a build fails)
+source docs/experiments/wheel-builds.sh
 wheel main
 for v in "st docs/experiments/s40/bwd-stmatrix-stats-pairs.patch" "ss docs/experiments/s43/bwd-stmatrix-only.patch" \
          "sl docs/experiments/s43/bwd-stats-pairs-only.patch"; do
