@@ -629,7 +629,9 @@ def test_a_huge_n_is_refused_at_once(child_env, command, n):
     else:
         assert last == (f"{example('causal')}: error: {n:,} tokens are too many for the CPU check (at most 262,144); "
                         "give a smaller --n or --batch")
-    assert child.seconds < 10  # Python's start and imports included: the refusal itself takes milliseconds
+    # Python's start and imports included (~3 s idle on a two-core machine): the refusal itself takes milliseconds.
+    # The failure this guards against is the message and return code above; the bound leaves a loaded CI room.
+    assert child.seconds < 20
 
 
 def test_explain_estimates_the_counts_of_a_long_sequence_from_a_sample(child_env):

@@ -28,6 +28,9 @@ from maskc.resources import resource_dir
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "language.md"
 HEADER = "mask m()\nsegments:\n    S = n\nrules:\n"
+# The wall-clock bounds below catch the blowups these tests were written for (32 s to 338 s before their fixes),
+# not small slowdowns: each is four times or more what its case takes on an idle two-core machine, so that a
+# loaded CI machine still passes. (The or of 20,000 comparisons, 6.9 s idle, once failed a 10 s bound at 10.1 s.)
 
 
 def error_text(call, *args) -> str:
@@ -59,7 +62,7 @@ def test_a_default_of_a_million_numbers_checks_in_about_a_second(tmp_path, child
                     "rules:\n    D[i] -> D[i] causal\n")
     child = bounded.maskc("check", path, memory=bounded.GiB, env=child_env)
     assert child.returncode == 0, child.stderr[-2000:]
-    assert child.seconds < 5
+    assert child.seconds < 15
     program = read_file(path)
     assert program.param("docs").default == tuple(values)
 
@@ -159,7 +162,7 @@ def test_a_chain_of_30000_terms_goes_through_every_stage(tmp_path):
     path.write_text(HEADER + "    S -> S where q < " + " + ".join(["k"] * 30_000) + "\n")
     start = time.perf_counter()
     compiled = compile_program(read_file(path))
-    assert time.perf_counter() - start < 10
+    assert time.perf_counter() - start < 40  # ~4 s idle
     assert "(((long long)t.index) + ((long long)t.index))" in compiled.source  # balanced: a shallow C expression
     result = CliRunner().invoke(cli.cli, ["explain", "--n", "256", str(path)], prog_name="maskc")
     assert result.exit_code == 0, result.output[-2000:]
@@ -173,7 +176,7 @@ def test_an_or_of_20000_comparisons_checks_in_seconds(tmp_path):
     start = time.perf_counter()
     result = CliRunner().invoke(cli.cli, ["check", str(path)], prog_name="maskc")
     assert result.exit_code == 0, result.output[-2000:]
-    assert time.perf_counter() - start < 10
+    assert time.perf_counter() - start < 40  # ~7 s idle
 
 
 def test_nesting_a_later_stage_cannot_take_is_the_clear_error_too():
