@@ -7,7 +7,7 @@
 source docs/experiments/wheel-builds.sh
 T=templates/sm90a/attention_bwd.cu.j2 F=maskc/kernels/family.py
 wheel main
-git apply docs/experiments/s40/bwd-lse-before-wait.patch && wheel le && git checkout -- templates
+patched_wheel le docs/experiments/s40/bwd-lse-before-wait.patch
 git apply docs/experiments/s40/bwd-paired-causal-prototype.patch
 sed -i 's/^PAIRED_PROTOTYPE_BYTES = 0  # 16 + 16 + 16384/PAIRED_PROTOTYPE_BYTES = 16 + 16 + 16384/' $F
 cp $T /tmp/pair_template.j2

@@ -8,8 +8,6 @@
 # and lark and click into .whl/deps. The tree is left as it was.
 source docs/experiments/wheel-builds.sh
 wheel main
-for v in "st docs/experiments/s40/bwd-stmatrix-stats-pairs.patch" "ss docs/experiments/s43/bwd-stmatrix-only.patch" \
-         "sl docs/experiments/s43/bwd-stats-pairs-only.patch"; do
-  set -- $v
-  git apply $2 && wheel $1 && git checkout -- templates maskc
-done
+patched_wheel st docs/experiments/s40/bwd-stmatrix-stats-pairs.patch
+patched_wheel ss docs/experiments/s43/bwd-stmatrix-only.patch
+patched_wheel sl docs/experiments/s43/bwd-stats-pairs-only.patch

@@ -8,7 +8,5 @@
 # left as it was.
 source docs/experiments/wheel-builds.sh
 wheel main
-for v in "rg docs/experiments/s44/bwd-producer-40-registers.patch" "un docs/experiments/s44/bwd-item-values-uniform.patch"; do
-  set -- $v
-  git apply $2 && wheel $1 && git checkout -- templates maskc
-done
+patched_wheel rg docs/experiments/s44/bwd-producer-40-registers.patch
+patched_wheel un docs/experiments/s44/bwd-item-values-uniform.patch
