@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The forty-fifth session's builds into .whl/ from a clean checkout of main (run from the repository root): main;
+# un = main with docs/experiments/s44/bwd-item-values-uniform.patch (the forty-fourth session's, not measured
+# there); rk = main with docs/experiments/s45/bwd-step-row-keys.patch (where every rule is an interval of keys, the
+# dK/dV producer stores each query's RowKeys, not its whole MaskRow); ur = both. Whole-kernel local accesses on
+# this VM (main / un / rk / ur): hstu 97 / 37 / 34 / 40, shared_prompt and rm_shared 51 / 37 / 39 / 36, document
+# 37 / 30 / 78 / 23 (rk: the consumers spill 11), causal 11 / 9 / 11 / 9. Also lark and click into .whl/deps.
+source docs/experiments/wheel-builds.sh
+wheel main
+patched_wheel un docs/experiments/s44/bwd-item-values-uniform.patch
+patched_wheel rk docs/experiments/s45/bwd-step-row-keys.patch
+patched_wheel ur docs/experiments/s45/bwd-uniform-and-row-keys.patch
