@@ -4,9 +4,16 @@
 # there); rk = main with docs/experiments/s45/bwd-step-row-keys.patch (where every rule is an interval of keys, the
 # dK/dV producer stores each query's RowKeys, not its whole MaskRow); ur = both. Whole-kernel local accesses on
 # this VM (main / un / rk / ur): hstu 97 / 37 / 34 / 40, shared_prompt and rm_shared 51 / 37 / 39 / 36, document
-# 37 / 30 / 78 / 23 (rk: the consumers spill 11), causal 11 / 9 / 11 / 9. Also lark and click into .whl/deps.
+# 37 / 30 / 78 / 23 (rk: the consumers spill 11), causal 11 / 9 / 11 / 9. On top of ur: sh
+# (docs/experiments/s45/bwd-uniform-row-keys-step-segment.patch: the producer finds the segment of a partial step's
+# first query once and gives it to every row inside it) and rw (.../bwd-uniform-row-keys-row-warps.patch: the
+# rows computed by the producer warpgroup's third and fourth warps, a query a thread, apart from the producer
+# warp; hstu's producer step loop 249 -> 136 SASS instructions, its local accesses 22 -> 4, the row warps' loop 6).
+# Also lark and click into .whl/deps.
 source docs/experiments/wheel-builds.sh
 wheel main
 patched_wheel un docs/experiments/s44/bwd-item-values-uniform.patch
 patched_wheel rk docs/experiments/s45/bwd-step-row-keys.patch
 patched_wheel ur docs/experiments/s45/bwd-uniform-and-row-keys.patch
+patched_wheel sh docs/experiments/s45/bwd-uniform-row-keys-step-segment.patch
+patched_wheel rw docs/experiments/s45/bwd-uniform-row-keys-row-warps.patch
