@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # The forty-fifth session's device call (carry .whl; wheels from docs/experiments/s45/build-wheels.sh).
+# Call 1 (H100, 10:08 UTC) ran it with every build but main missing from ncu's runs (BUILDS was set too late).
 #   1. the dK/dV kernel under ncu at locked clocks (elapsed cycles; repeatable to 0.1-0.3%) for each of NCU_BUILDS
 #      on each of NCU_WORKLOADS (the most telling reading, so first);
 #   2. TESTED's backward GPU tests (default rw), then, while time is left, backward probes of main and B (default
 #      rw) alternating, ROUNDS rounds (capped clocks);
+#      (PHASE2=0: none of it; TESTED= : no tests);
 #   3. the ncu table and the tests' lines last, so that the tool's output tail keeps them.
 export TZ=UTC B=${B:-rw}
-source docs/experiments/device-builds.sh > /dev/null 2>&1
+BUILDS="main $B ${NCU_BUILDS:-ur sh rw}" source docs/experiments/device-builds.sh > /dev/null 2>&1
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 for w in ${NCU_WORKLOADS:-hstu causal rm_shared document}; do for b in ${NCU_BUILDS:-main ur sh rw}; do (use $b
   timeout 40 $NCU --section SpeedOfLight -k regex:dkdv --launch-skip 1 --launch-count 1 python3 bench/probe.py --ncu $w \
     > $OUT/ncu-$b-$w.txt 2>&1; echo "$b $w (ncu): $(grep -E 'Elapsed Cycles' $OUT/ncu-$b-$w.txt | tr -s ' ')") >> $OUT/ncu.txt; done; done
 echo "ncu done at $SECONDS s" >> $OUT/ncu.txt
-TESTED=${TESTED:-$B} BUILDS="main $B" ROUNDS=${ROUNDS:-3} TESTS_S=${TESTS_S:-90} STOP_AFTER=${STOP_AFTER:-300} \
+[ "${PHASE2:-1}" = 1 ] && TESTED=${TESTED-$B} BUILDS="main $B" ROUNDS=${ROUNDS:-3} TESTS_S=${TESTS_S:-90} STOP_AFTER=${STOP_AFTER:-300} \
   WORKLOADS="hstu causal shared_prompt rm_shared document" bash docs/experiments/s40-device-call.sh > $OUT/call.log 2>&1
 tail -9 $OUT/call.log
 cat $OUT/ncu.txt
