@@ -123,8 +123,18 @@ def test_plain_causal_masks_its_partial_tiles_by_comparing_slots(name, plain, ba
     if backward == "hopper":  # the dQ kernel
         compares.append("hide_past_diagonal(s, q_tile * BLOCK_Q + row_slot - k_tile * BLOCK_K - half * 64")
     assert [c in source for c in compares] == [plain] * len(compares)
-    rules = ["row_table[stage * Q_STEP + r] = mask_row(", "mask_scores_t(s, "]
+    rules = ["row_table[stage * Q_STEP + r] = step_row(", "mask_scores_t(s, "]
     assert [r in source for r in rules] == [not plain] * len(rules)
+
+
+@pytest.mark.parametrize("name, stored", [("hstu", "RowKeys"), ("document", "RowKeys"), ("clear", "MaskRow")])
+def test_dkdv_producer_stores_what_the_consumers_read_of_a_row(name, stored):
+    """Where every rule is an interval of keys (and tiles are runs), the dK/dV kernel's consumers read a row's keys
+    per rule alone, so its producer stores RowKeys, not the whole MaskRow (whose fields spilled in the producer's
+    registers on hstu); elsewhere the consumers test pairs against MaskRow fields, and it stores those."""
+    source = compiled(name, KernelOptions(arch="sm_90a", backward_kernels="hopper_fused")).source
+    assert f"using StepRow = {stored};" in source
+    assert "row_table[stage * Q_STEP + r] = step_row(" in source
 
 
 @pytest.mark.parametrize("rule, plain", [("S -> S   where k <= q", True), ("S -> S   where q >= k", True),
