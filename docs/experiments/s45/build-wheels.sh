@@ -9,9 +9,16 @@
 # first query once and gives it to every row inside it) and rw (.../bwd-uniform-row-keys-row-warps.patch: the
 # rows computed by the producer warpgroup's third and fourth warps, a query a thread, apart from the producer
 # warp; hstu's producer step loop 249 -> 136 SASS instructions, its local accesses 22 -> 4, the row warps' loop 6).
-# Also lark and click into .whl/deps.
+# After ur landed (39c5ea8), with WHICH=after: main and, on it, u1 and u2 (.../bwd-uniform-u1.patch: only the
+# MaskSeq read through uniform(); u2: only the scalars; shared_prompt's producer step loop ur / u1 / u2: 261 / 260
+# / 284 SASS instructions, 20 / 19 / 28 local accesses). Also lark and click into .whl/deps.
 source docs/experiments/wheel-builds.sh
 wheel main
+if [ "${WHICH:-}" = after ]; then
+  patched_wheel u1 docs/experiments/s45/bwd-uniform-u1.patch
+  patched_wheel u2 docs/experiments/s45/bwd-uniform-u2.patch
+  exit 0
+fi
 patched_wheel un docs/experiments/s44/bwd-item-values-uniform.patch
 patched_wheel rk docs/experiments/s45/bwd-step-row-keys.patch
 patched_wheel ur docs/experiments/s45/bwd-uniform-and-row-keys.patch
