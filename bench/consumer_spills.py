@@ -5,9 +5,13 @@ the producer's (USETMAXREG.DEALLOC); which of the examples spill there changes w
 (thirty-sixth session), so count them before a device run.
 
     PYTHONPATH=. python bench/consumer_spills.py [--examples document hstu ...] [--head-dim 128]
-                                                 [--backward-kernels hopper_fused]
+                                                 [--backward-kernels hopper_fused] [--loops]
 
-Prints one line per example: the local loads and stores in the consumers' code and in the whole kernel.
+Prints one line per example: the local loads and stores in the consumers' code and in the whole kernel. With
+--loops, also each role's step loops, where the whole-kernel count does not say what a step executes: every
+innermost loop that waits on or arrives at a barrier (the consumers' step, the producer warp's, the dQ writer's),
+with its SASS instructions and local accesses, the consumers' and the producer warpgroup's apart. (A spill in a
+step loop runs every step; one outside, once an item.)
 """
 
 from __future__ import annotations
@@ -29,17 +33,47 @@ from sass_tools import sass_tools
 LOCAL = re.compile(r"\b(LDL|STL)\b")
 
 
-def spills(name: str, head_dim: int, tools: tuple[str, dict], backward_kernels: str | None = None) -> tuple[int, int]:
-    """(local loads and stores in the dK/dV kernel's consumers, in the whole kernel) of one example."""
+INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);")
+BACK_BRANCH = re.compile(r"\bBRA (0x[0-9a-f]+)")
+BARRIER = re.compile(r"\b(SYNCS\.|BAR\.)")
+
+
+def dkdv_sass(name: str, head_dim: int, tools: tuple[str, dict], backward_kernels: str | None = None) -> list[str]:
+    """The SASS of one example's dK/dV kernel, a line each."""
     c = compile_file(EXAMPLES / f"{name}.mask",
                      KernelOptions(arch="sm_90a", head_dim=head_dim, backward_kernels=backward_kernels))
     kernel = next(n for n in c.backward_names if "dkdv" in n)
     cuobjdump, env = tools
-    sass = subprocess.run([cuobjdump, "-sass", "-fun", kernel, str(c.build("cubin", "bwd").path)],
+    return subprocess.run([cuobjdump, "-sass", "-fun", kernel, str(c.build("cubin", "bwd").path)],
                           capture_output=True, text=True, env=env, check=True).stdout.splitlines()
-    start = next(i for i, line in enumerate(sass) if "USETMAXREG.TRY_ALLOC" in line)
-    end = next(i for i, line in enumerate(sass) if "USETMAXREG.DEALLOC" in line)
+
+
+def consumer_lines(sass: list[str]) -> tuple[int, int]:
+    """Where the consumers' code is: from their `setmaxnreg` to the producer warpgroup's."""
+    return (next(i for i, line in enumerate(sass) if "USETMAXREG.TRY_ALLOC" in line),
+            next(i for i, line in enumerate(sass) if "USETMAXREG.DEALLOC" in line))
+
+
+def spills(sass: list[str]) -> tuple[int, int]:
+    """(local loads and stores in the dK/dV kernel's consumers, in the whole kernel)."""
+    start, end = consumer_lines(sass)
     return sum(bool(LOCAL.search(line)) for line in sass[start:end]), sum(bool(LOCAL.search(line)) for line in sass)
+
+
+def step_loops(lines: list[str]) -> list[tuple[int, int, int, int]]:
+    """(first address, last address, instructions, local accesses) of each innermost loop of `lines` that has a
+    barrier operation: loops are closed by a branch backwards (the `.U.ANY` ones are a warp's elect loops, and
+    loops of a few instructions are a barrier's retries)."""
+    code = [(int(m.group(1), 16), m.group(2)) for m in map(INSTRUCTION.search, lines) if m]
+    loops = []
+    for address, text in code:
+        branch = BACK_BRANCH.search(text)
+        if branch and ".U.ANY" not in text and int(branch.group(1), 16) < address:
+            body = [t for a, t in code if int(branch.group(1), 16) <= a <= address]
+            if len(body) > 8 and any(BARRIER.search(t) for t in body):
+                loops.append((int(branch.group(1), 16), address, len(body), sum(bool(LOCAL.search(t)) for t in body)))
+    return [loop for loop in loops  # innermost: no other such loop inside it
+            if not any(other != loop and loop[0] <= other[0] and other[1] <= loop[1] for other in loops)]
 
 
 def main(argv=None) -> None:
@@ -47,13 +81,21 @@ def main(argv=None) -> None:
     parser.add_argument("--examples", nargs="*", default=sorted(p.stem for p in EXAMPLES.glob("*.mask")))
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--backward-kernels", default=None, help="a Hopper backward pass (default: the options')")
+    parser.add_argument("--loops", action="store_true", help="also each role's step loops")
     args = parser.parse_args(argv)
     tools = sass_tools()
     if tools is None:
         raise SystemExit("no cuobjdump and nvdisasm (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
     for name in args.examples:
-        consumers, kernel = spills(name, args.head_dim, tools, args.backward_kernels)
+        sass = dkdv_sass(name, args.head_dim, tools, args.backward_kernels)
+        consumers, kernel = spills(sass)
         print(f"{name:16s} local loads/stores: consumers {consumers:3d}, whole dK/dV kernel {kernel:3d}")
+        if args.loops:
+            start, end = consumer_lines(sass)
+            for role, lines in (("consumers", sass[start:end]), ("producer warpgroup", sass[end:])):
+                for first, last, instructions, local in step_loops(lines):
+                    print(f"    {role:18s} loop {first:#07x}-{last:#07x}: {instructions:4d} instructions, "
+                          f"{local:3d} local loads/stores")
 
 
 if __name__ == "__main__":
