@@ -12,5 +12,6 @@ for w in ${WORKLOADS:-rm_shared causal}; do
 done
 for w in ${WORKLOADS:-rm_shared causal}; do echo "== $w"
   grep -E "Elapsed Cycles|Warp Cycles Per Issued|Active Warps Per|Eligible Warps|Issued Warp Per|No Eligible|Executed Ipc A|SM Busy|Issue Slots Busy" \
-    $OUT/ncu-stalls-$w.txt | tr -s ' '; done
+    $OUT/ncu-stalls-$w.txt | tr -s ' '
+  grep -A2 -E "stalled|Stall" $OUT/ncu-stalls-$w.txt | tr -s ' ' | cut -c1-400 | head -12; done
 echo "call took $SECONDS s"
