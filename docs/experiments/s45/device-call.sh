@@ -5,7 +5,7 @@
 #      on each of NCU_WORKLOADS (the most telling reading, so first);
 #   2. TESTED's backward GPU tests (default rw), then, while time is left, backward probes of main and B (default
 #      rw) alternating, ROUNDS rounds (capped clocks);
-#      (PHASE2=0: none of it; TESTED= : no tests); SUITE=1: the whole GPU suite on main before it;
+#      (PHASE2=0: none of it; TESTED= : no tests); SUITE=1: the whole GPU suite on SUITE_BUILD (default main) before it;
 #   3. the ncu table and the tests' lines last, so that the tool's output tail keeps them.
 export TZ=UTC B=${B:-rw}
 BUILDS="main $B ${NCU_BUILDS:-ur sh rw}" source docs/experiments/device-builds.sh > /dev/null 2>&1
@@ -14,11 +14,11 @@ for w in ${NCU_WORKLOADS:-hstu causal rm_shared document}; do for b in ${NCU_BUI
   timeout 40 $NCU --section SpeedOfLight -k regex:dkdv --launch-skip 1 --launch-count 1 python3 bench/probe.py --ncu $w \
     > $OUT/ncu-$b-$w.txt 2>&1; echo "$b $w (ncu): $(grep -E 'Elapsed Cycles' $OUT/ncu-$b-$w.txt | tr -s ' ')") >> $OUT/ncu.txt; done; done
 echo "ncu done at $SECONDS s" >> $OUT/ncu.txt
-if [ "${SUITE:-0}" = 1 ]; then (use main  # the whole GPU suite on main
+if [ "${SUITE:-0}" = 1 ]; then sb=${SUITE_BUILD:-main}; (use $sb  # the whole GPU suite on SUITE_BUILD
   timeout ${SUITE_S:-280} python3 -m pytest -q -m gpu -n 16 -p no:cacheprovider -W ignore::DeprecationWarning -rf \
-    --durations=10 tests > $OUT/pytest-suite-main.log 2>&1
-  echo "GPU suite (main): $(tail -1 $OUT/pytest-suite-main.log)" >> $OUT/ncu.txt
-  grep -E "FAILED|ERROR" $OUT/pytest-suite-main.log | head -8 >> $OUT/ncu.txt); fi
+    --durations=10 tests > $OUT/pytest-suite-$sb.log 2>&1
+  echo "GPU suite ($sb): $(tail -1 $OUT/pytest-suite-$sb.log)" >> $OUT/ncu.txt
+  grep -E "FAILED|ERROR" $OUT/pytest-suite-$sb.log | head -8 >> $OUT/ncu.txt); fi
 [ "${PHASE2:-1}" = 1 ] && TESTED=${TESTED-$B} BUILDS="main $B" ROUNDS=${ROUNDS:-3} TESTS_S=${TESTS_S:-90} STOP_AFTER=${STOP_AFTER:-300} \
   WORKLOADS="hstu causal shared_prompt rm_shared document" bash docs/experiments/s40-device-call.sh > $OUT/call.log 2>&1
 [ -f $OUT/call.log ] && tail -9 $OUT/call.log
