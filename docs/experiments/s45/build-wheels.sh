@@ -11,8 +11,9 @@
 # warp; hstu's producer step loop 249 -> 136 SASS instructions, its local accesses 22 -> 4, the row warps' loop 6).
 # After ur landed (39c5ea8), with WHICH=after: main and, on it, u1 and u2 (.../bwd-uniform-u1.patch: only the
 # MaskSeq read through uniform(); u2: only the scalars; shared_prompt's producer step loop ur / u1 / u2: 261 / 260
-# / 284 SASS instructions, 20 / 19 / 28 local accesses). WHICH=persistent: main and pk, the persistent dK/dV kernel
-# built at the session's end (not run on a GPU; docs/training.md, forty-fifth session). Also lark and click into
+# / 284 SASS instructions, 20 / 19 / 28 local accesses). WHICH=persistent: main, pk (the persistent dK/dV kernel
+# built at the session's end) and pkr (pk with the rows computed by two row warps), neither run on a GPU yet
+# (docs/training.md, forty-fifth session). Also lark and click into
 # .whl/deps.
 source docs/experiments/wheel-builds.sh
 wheel main
@@ -21,8 +22,9 @@ if [ "${WHICH:-}" = after ]; then
   patched_wheel u2 docs/experiments/s45/bwd-uniform-u2.patch
   exit 0
 fi
-if [ "${WHICH:-}" = persistent ]; then  # main and pk (docs/experiments/s45/bwd-persistent-dkdv-uniform.patch)
+if [ "${WHICH:-}" = persistent ]; then  # main, pk and pkr (the two persistent patches)
   patched_wheel pk docs/experiments/s45/bwd-persistent-dkdv-uniform.patch
+  patched_wheel pkr docs/experiments/s45/bwd-persistent-dkdv-uniform-row-warps.patch
   exit 0
 fi
 patched_wheel un docs/experiments/s44/bwd-item-values-uniform.patch
