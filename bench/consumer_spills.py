@@ -68,10 +68,13 @@ def step_loops(lines: list[str]) -> list[tuple[int, int, int, int]]:
     loops = []
     for address, text in code:
         branch = BACK_BRANCH.search(text)
-        if branch and ".U.ANY" not in text and int(branch.group(1), 16) < address:
-            body = [t for a, t in code if int(branch.group(1), 16) <= a <= address]
+        if not branch or ".U.ANY" in text:
+            continue
+        target = int(branch.group(1), 16)
+        if target < address:
+            body = [t for a, t in code if target <= a <= address]
             if len(body) > 8 and any(BARRIER.search(t) for t in body):
-                loops.append((int(branch.group(1), 16), address, len(body), sum(bool(LOCAL.search(t)) for t in body)))
+                loops.append((target, address, len(body), sum(bool(LOCAL.search(t)) for t in body)))
     return [loop for loop in loops  # innermost: no other such loop inside it
             if not any(other != loop and loop[0] <= other[0] and other[1] <= loop[1] for other in loops)]
 
