@@ -1,5 +1,5 @@
 # Sourced by the sessions' wheel-building scripts (s40/build-pair-wheels.sh, s42/build-wheels.sh,
-# s43/build-wheels.sh, s44/build-wheels.sh, s45/build-wheels.sh), run from the repository root: refuses a tree whose
+# s43/build-wheels.sh, s44/build-wheels.sh, s45/build-wheels.sh, s46/build-wheels.sh), run from the repository root: refuses a tree whose
 # templates/, maskc/ or tests/ has changes, puts lark and click into .whl/deps, gives `wheel NAME` (a wheel of the
 # tree as it is now into .whl/NAME) and `patched_wheel NAME PATCH` (a wheel of main with PATCH applied, the tree
 # restored after it), and restores those three when the script exits, a failed build included (the patches touch

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The forty-fifth session's device call (carry .whl; wheels from docs/experiments/s45/build-wheels.sh).
 # Call 1 (H100, 10:08 UTC) ran it with every build but main missing from ncu's runs (BUILDS was set too late).
-#   0. a smoke run of each build in NCU_BUILDS but main (forward and backward of causal and rm_shared, 60 s);
+#   0. a smoke run of each build in NCU_BUILDS but main (forward and backward of causal and rm_shared, SMOKE_S);
 #   1. the dK/dV kernel under ncu at locked clocks (elapsed cycles; repeatable to 0.1-0.3%) for each of NCU_BUILDS
 #      on each of NCU_WORKLOADS (the most telling reading, so first);
 #   2. TESTED's backward GPU tests (default rw), then, while time is left, backward probes of main and B (default
@@ -12,10 +12,11 @@ export TZ=UTC B=${B:-rw}
 BUILDS="main $B ${NCU_BUILDS:-ur sh rw}" source docs/experiments/device-builds.sh > /dev/null 2>&1
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 # A build whose kernels hang (a barrier protocol's deadlock) or fail on a forward and backward of causal and
-# rm_shared within 60 s is left out of the rest, rather than costing ncu's timeout on every workload.
+# rm_shared within SMOKE_S (120) s is left out of the rest, rather than costing ncu's timeout on every workload
+# (the forty-sixth session: pk's first run on a fresh machine was cut at 60 s; in the next call it took 5 s).
 ncu_builds=""
 for b in ${NCU_BUILDS:-main ur sh rw}; do
-  if [ $b = main ] || (use $b; timeout 60 python3 bench/probe.py --ncu causal rm_shared > $OUT/smoke-$b.log 2>&1); then
+  if [ $b = main ] || (use $b; timeout ${SMOKE_S:-120} python3 bench/probe.py --ncu causal rm_shared > $OUT/smoke-$b.log 2>&1); then
     ncu_builds="$ncu_builds $b"
   else echo "$b: left out, its smoke run failed or hung (rc $?; smoke-$b.log)" >> $OUT/ncu.txt; fi
 done
