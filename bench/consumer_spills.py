@@ -54,10 +54,14 @@ def consumer_lines(sass: list[str]) -> tuple[int, int]:
             next(i for i, line in enumerate(sass) if "USETMAXREG.DEALLOC" in line))
 
 
+def local_accesses(lines: list[str]) -> int:
+    return sum(bool(LOCAL.search(line)) for line in lines)
+
+
 def spills(sass: list[str]) -> tuple[int, int]:
     """(local loads and stores in the dK/dV kernel's consumers, in the whole kernel)."""
     start, end = consumer_lines(sass)
-    return sum(bool(LOCAL.search(line)) for line in sass[start:end]), sum(bool(LOCAL.search(line)) for line in sass)
+    return local_accesses(sass[start:end]), local_accesses(sass)
 
 
 def step_loops(lines: list[str]) -> list[tuple[int, int, int, int]]:
@@ -74,7 +78,7 @@ def step_loops(lines: list[str]) -> list[tuple[int, int, int, int]]:
         if target < address:
             body = [t for a, t in code if target <= a <= address]
             if len(body) > 8 and any(BARRIER.search(t) for t in body):
-                loops.append((target, address, len(body), sum(bool(LOCAL.search(t)) for t in body)))
+                loops.append((target, address, len(body), local_accesses(body)))
     return [loop for loop in loops  # innermost: no other such loop inside it
             if not any(other != loop and loop[0] <= other[0] and other[1] <= loop[1] for other in loops)]
 
