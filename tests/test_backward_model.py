@@ -10,7 +10,7 @@ import pytest
 from small_configs import SMALL
 from test_plan import example
 
-from maskc.plan.by_key import LONG_ITEM_SHARES, by_key, long_items, staggered
+from maskc.plan.by_key import LONG_ITEM_SHARES, TAIL_SLACK, by_key, long_items, staggered, tail_heads
 from maskc.plan.planner import TileConfig, plan
 from maskc.tools.reference import attention, attention_backward, simulate_backward
 
@@ -118,6 +118,19 @@ def test_dense_gradients_match_finite_differences():
             lo[i][idx] -= eps
             numeric[idx] = (loss(*hi) - loss(*lo)) / (2 * eps)
         assert np.abs(numeric - grads[i]).max() < 1e-6
+
+
+def test_tail_heads_fit_the_longest_remaining_item_into_their_shares_of_the_gpu():
+    """`tail_heads`: the fewest last heads whose shares of the GPU hold the longest item after the long ones
+    (less TAIL_SLACK of a share), 1 where the items are short."""
+    assert TAIL_SLACK == 0.25
+    ptr = np.concatenate([[0], np.cumsum([40, 12, 10, 10, 6, 2])]).astype(np.int32)  # 80 tiles in all
+    # 40 tiles against 80 / m a share: 0.5 shares at m = 1, 2.0 at 4, 8.5 less the slack at 17
+    assert [tail_heads(ptr, 0, m) for m in (1, 2, 3, 4, 5, 17)] == [1, 1, 2, 2, 3, 9]
+    # after the first (long) item: 12 of 40 tiles, 0.3 shares a multiprocessor
+    assert [tail_heads(ptr, 1, m) for m in (1, 4, 5, 132)] == [1, 1, 2, 40]
+    assert tail_heads(np.zeros(1, np.int32), 0, 132) == 1
+    assert tail_heads(ptr, 6, 132) == 1  # nothing after the long items
 
 
 def test_long_items_lead_and_are_longer_than_twice_a_heads_share_of_the_gpu():

@@ -552,9 +552,10 @@ def test_the_hopper_forward_visits_every_pair_once_in_groups_of_heads(host_dir):
 
 
 ITEM_ORDER = r"""
-extern "C" void maskc_item_order(int heads, int items, int long_items, int* out) {
+extern "C" void maskc_item_order(int heads, int items, int long_items, int tail_heads, int* out) {
     for (int cta = 0; cta < heads * items; ++cta) {
-        const maskc_backward_hopper::ItemHead p = maskc_backward_hopper::item_head_at(cta, heads, items, long_items);
+        const maskc_backward_hopper::ItemHead p =
+            maskc_backward_hopper::item_head_at(cta, heads, items, long_items, tail_heads);
         out[2 * cta] = p.item;
         out[2 * cta + 1] = p.head;
     }
@@ -566,21 +567,31 @@ extern "C" void maskc_item_order(int heads, int items, int long_items, int* out)
 def test_the_hopper_backward_kernels_visit_every_item_once_head_major_in_two_passes(host_dir):
     """The dQ and dK/dV kernels' order (item_head_at, compiled for the host): every (work item, head) exactly
     once; head-major over the first `long_items` items, then head-major over the rest, the items in the
-    descriptor's order inside a head."""
+    descriptor's order inside a head, but the rest's last `tail_heads` heads (at most all of them) item-major
+    together: item by item, their heads side by side."""
     source = compiled("causal", KernelOptions(arch="sm_90a")).source
     lib = host_mask.build(source + ITEM_ORDER, host_dir)
     for heads in (1, 2, 3, 16):
         for items, long_items in ((1, 0), (1, 1), (6, 0), (6, 2), (6, 6), (9, 4)):
-            out = np.zeros(2 * heads * items, dtype=np.int32)
-            lib.maskc_item_order(heads, items, long_items, out.ctypes.data_as(host_mask.ctypes.c_void_p))
-            order = out.reshape(-1, 2)
-            where = f"{heads} heads, {items} items, {long_items} long"
-            assert sorted(map(tuple, order.tolist())) == [(i, h) for i in range(items) for h in range(heads)], where
-            for part, first, last in ((order[:long_items * heads], 0, long_items),
-                                      (order[long_items * heads:], long_items, items)):
-                assert np.array_equal(part[:, 1], np.repeat(np.arange(heads), last - first)), where  # head-major
+            for tail_heads in (1, 2, 3, 20):
+                out = np.zeros(2 * heads * items, dtype=np.int32)
+                lib.maskc_item_order(heads, items, long_items, tail_heads,
+                                     out.ctypes.data_as(host_mask.ctypes.c_void_p))
+                order = out.reshape(-1, 2)
+                where = f"{heads} heads, {items} items, {long_items} long, {tail_heads} tail heads"
+                assert sorted(map(tuple, order.tolist())) == [(i, h) for i in range(items) for h in range(heads)], where
+                leading, rest = order[:long_items * heads], order[long_items * heads:]
+                assert np.array_equal(leading[:, 1], np.repeat(np.arange(heads), long_items)), where  # head-major
                 for h in range(heads):
-                    assert np.array_equal(part[part[:, 1] == h, 0], np.arange(first, last)), where
+                    assert np.array_equal(leading[leading[:, 1] == h, 0], np.arange(long_items)), where
+                tail = min(tail_heads, heads)
+                split = (heads - tail) * (items - long_items)
+                before, last = rest[:split], rest[split:]
+                assert np.array_equal(before[:, 1], np.repeat(np.arange(heads - tail), items - long_items)), where
+                for h in range(heads - tail):
+                    assert np.array_equal(before[before[:, 1] == h, 0], np.arange(long_items, items)), where
+                expected = [(i, h) for i in range(long_items, items) for h in range(heads - tail, heads)]
+                assert last.tolist() == [list(p) for p in expected], where  # item-major, heads side by side
 
 
 @needs_cxx

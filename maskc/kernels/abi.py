@@ -247,6 +247,9 @@ SM90A_BACKWARD_ARGS = BACKWARD_ARGS + TENSOR_MAPS + (
                                    "(the longest), then over the rest (any count from 0, one pass, to the items is "
                                    "correct; maskc counts those longer than two heads' shares of the GPU)", "i32"),
     Arg("long_key_items", "int", "the same for the dK/dV kernel's key items", "i32"),
+    Arg("tail_query_heads", "int", "then the dQ kernel's last this many heads go item-major together (1: "
+                                   "head-major to the end; any count from 1 is correct)", "i32"),
+    Arg("tail_key_heads", "int", "the same for the dK/dV kernel", "i32"),
 ) + BACKWARD_BOXES
 # The fused Hopper pass: dQ is summed over key tiles into an fp32 accumulator by the dK/dV kernel, then scaled
 # and rounded into dq by a last kernel.

@@ -41,6 +41,11 @@ class KeyDescriptor:
 # the Hopper backward lost 2-5% on document, rm_shared and hstu (L2: more of the CTAs at once read different
 # heads' tiles); 2 gave clear_text the same +18% and left the others as they were (H200, docs/training.md).
 LONG_ITEM_SHARES = 2
+# Head-major, the last head's longest items start when each multiprocessor has about one head's share of work left;
+# an item longer than that share runs on past the others. The last `tail_heads` heads go item-major together, so
+# that their longest items start earlier; grouped where the tail a head-major end would leave exceeds this
+# fraction of a head's share (then the CTAs at once read two heads' tiles, for the last heads only).
+TAIL_SLACK = 0.25
 
 
 def by_key(desc: Descriptor, stagger: bool = False) -> KeyDescriptor:
@@ -173,3 +178,15 @@ def long_items(item_ptr: np.ndarray, multiprocessors: int) -> int:
     per_item = np.diff(item_ptr.astype(np.int64))
     short = per_item * multiprocessors <= LONG_ITEM_SHARES * per_item.sum()
     return int(np.argmax(short)) if short.any() else len(per_item)
+
+
+def tail_heads(item_ptr: np.ndarray, long: int, multiprocessors: int) -> int:
+    """How many of the last heads the Hopper backward kernels visit item-major together (`item_head_at`; 1: every
+    head head-major): enough that the longest of the items after the `long` leading ones fits in that many heads'
+    shares of the GPU, less TAIL_SLACK of a share. The kernels take at most their count of heads."""
+    per_item = np.diff(item_ptr.astype(np.int64))[long:]
+    total = int(per_item.sum())
+    if total == 0:
+        return 1
+    need = int(per_item.max()) * multiprocessors / total - TAIL_SLACK
+    return max(1, int(np.ceil(need)))

@@ -24,7 +24,7 @@ from maskc.diagnostics import Span, ValueProblem, value_problem
 from maskc.ir.members import member_split
 from maskc.memo import per_object
 from maskc.plan import native
-from maskc.plan.by_key import KeyTables, long_items
+from maskc.plan.by_key import KeyTables, long_items, tail_heads
 from maskc.plan.layout_batch import ValueColumns
 from maskc.plan.members import split
 from maskc.runtime.launch import Kernel, LaunchCache, PreparedLaunch, cupy_stream, current_stream_handle, current_stream_of
@@ -462,9 +462,14 @@ class Attention:
         if "tm_q" in _names(bwd.args):  # the Hopper kernels read through TMA tensor maps
             values["packed"] = int(x.packed)
             multiprocessors = _multiprocessors(tq.device)
-            values["long_query_items"], values["long_key_items"] = _per_plan(
-                "long items", desc, tq.device, lambda: (long_items(desc.row_ptr, multiprocessors),
-                                                        long_items(key_tables.col_ptr, multiprocessors)))
+            def visiting_order():  # long_items and tail_heads of both descriptors
+                long_query = long_items(desc.row_ptr, multiprocessors)
+                long_key = long_items(key_tables.col_ptr, multiprocessors)
+                return (long_query, long_key, tail_heads(desc.row_ptr, long_query, multiprocessors),
+                        tail_heads(key_tables.col_ptr, long_key, multiprocessors))
+
+            (values["long_query_items"], values["long_key_items"], values["tail_query_heads"],
+             values["tail_key_heads"]) = _per_plan("visiting order", desc, tq.device, visiting_order)
         import cupy
 
         def backward_kernels():  # dQ (or prep) first: it writes delta
