@@ -44,7 +44,9 @@ LONG_ITEM_SHARES = 2
 # Head-major, the last head's longest items start when each multiprocessor has about one head's share of work left;
 # an item longer than that share runs on past the others. The last `tail_heads` heads go item-major together, so
 # that their longest items start earlier; grouped where the tail a head-major end would leave exceeds this
-# fraction of a head's share (then the CTAs at once read two heads' tiles, for the last heads only).
+# fraction of a head's share (then the CTAs at once read two heads' tiles, for the last heads only). Two heads on
+# shared_prompt, rm_shared and document: their dK/dV kernels' cycles -2.6%, -1.9%, -2.6% (H100, ncu at locked
+# clocks, as docs/experiments/s46/tail_model.py predicted; docs/training.md, forty-seventh session).
 TAIL_SLACK = 0.25
 
 
