@@ -2,7 +2,8 @@
 hands out (work item, head) pairs greedily in `pair_at`'s order (templates/sm90a/attention_fwd.cu.j2: the longest
 run of equal-length items head-major, the rest in groups of HEAD_GROUP heads, item-major inside a group, the items
 longest first), which is a list schedule over 132 multiprocessors: each pair costs its key tiles plus FIXED. Printed:
-the makespan over a perfect split, for main's order and for the last group widened to G heads (`tail` below). A
+the makespan over a perfect split, for main's order, for the last group widened to G heads (`tail` below), and for
+the short items taken out of the groups into a last pass over every head (`short_items_last`). A
 model on the descriptors, not a measurement: it leaves out L2, the clocks and the pairs' fixed cost, which is a
 guess here (1 or 2.3 key tiles).
 
@@ -41,6 +42,18 @@ def pair_at(pair: int, items: int, run_first: int, run_last: int, tail: int) -> 
         head_first += heads
 
 
+def short_items_last(tiles: np.ndarray, run_first: int, run_last: int, threshold: float) -> list[int]:
+    """Each pair's item in a different order: main's over the items longer than `threshold` key tiles (and the
+    equal-length run), then the short ones longest first, each item's HEADS heads side by side: a last pass of many
+    short pairs, which read few keys (so all heads at once stay in L2)."""
+    short = [i for i in range(len(tiles)) if not run_first <= i < run_last and tiles[i] <= threshold]
+    keep = [i for i in range(len(tiles)) if tiles[i] > threshold or run_first <= i < run_last]
+    first = keep.index(run_first) if run_last > run_first else 0
+    order = [keep[pair_at(k, len(keep), first, first + run_last - run_first, HEAD_GROUP)[0]]
+             for k in range(len(keep) * HEADS)]
+    return order + [i for i in sorted(short, key=lambda i: -tiles[i]) for _ in range(HEADS)]
+
+
 def makespan_over_ideal(costs: list[float]) -> float:
     finish = [0.0] * MULTIPROCESSORS
     for cost in costs:
@@ -50,7 +63,8 @@ def makespan_over_ideal(costs: list[float]) -> float:
 
 def main():
     tails = (2, 4, 6, 8)
-    print(f"{'workload':14s} fixed " + " ".join(f"{'G' + str(g):>7s}" for g in tails) + "  (G2: main's order)")
+    print(f"{'workload':14s} fixed " + " ".join(f"{'G' + str(g):>7s}" for g in tails) + "  S1/8    S1/4    S1/2"
+          "  (G2: main's order; S: short items last, under 1/8, 1/4, 1/2 of the longest)")
     for name in ANCHORS:
         compiled = compile_file(EXAMPLES / f"{name}.mask", KernelOptions(arch="sm_90a"))
         values, layouts = compiled.bind([dict(line) for line in compiled.program.batch] or [{}])
@@ -61,6 +75,9 @@ def main():
             spans = []
             for g in tails:
                 order = [pair_at(k, len(tiles), run_first, run_last, g)[0] for k in range(len(tiles) * HEADS)]
+                spans.append(makespan_over_ideal(list(tiles[order] + fixed)))
+            for fraction in (1 / 8, 1 / 4, 1 / 2):
+                order = short_items_last(tiles, run_first, run_last, tiles.max() * fraction)
                 spans.append(makespan_over_ideal(list(tiles[order] + fixed)))
             print(f"{name:14s} {fixed:5.1f} " + " ".join(f"{s:7.4f}" for s in spans))
 
