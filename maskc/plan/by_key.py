@@ -46,7 +46,7 @@ LONG_ITEM_SHARES = 2
 # that their longest items start earlier; grouped where the tail a head-major end would leave exceeds this
 # fraction of a head's share (then the CTAs at once read two heads' tiles, for the last heads only). Two heads on
 # shared_prompt, rm_shared and document: their dK/dV kernels' cycles -2.6%, -1.9%, -2.6% (H100, ncu at locked
-# clocks, as docs/experiments/s46/tail_model.py predicted; docs/training.md, forty-seventh session).
+# clocks; docs/experiments/s46/tail_model.py predicted -2.5%, -1.7%, -1.4%; docs/training.md, forty-seventh session).
 TAIL_SLACK = 0.25
 
 
