@@ -529,10 +529,11 @@ def test_plain_causal_column_bits_are_the_columns_up_to_and_from_a_bound(host_di
 @needs_cxx
 def test_the_hopper_forward_visits_every_pair_once_in_groups_of_heads(host_dir):
     """The persistent grid's order (pair_at, compiled for the host): every (work item, head) exactly once; the
-    equal-length run head-major; before and after it, groups of HEAD_GROUP heads one after the other, the
-    items in the descriptor's order inside a group."""
+    equal-length run head-major; before and after it, groups of HEAD_GROUP heads one after the other (the last
+    LAST_GROUP heads one group), the items in the descriptor's order inside a group."""
     source = compiled("causal", KernelOptions(arch="sm_90a")).source
     group = int(re.search(r"constexpr int HEAD_GROUP = (\d+);", source).group(1))
+    last_group = int(re.search(r"constexpr int LAST_GROUP = (\d+);", source).group(1))
     lib = host_mask.build(source + PAIR_ORDER, host_dir)
     for heads in (1, 2, 3, 16, 17):
         for items, run in ((1, (0, 1)), (6, (0, 0)), (6, (0, 6)), (6, (2, 4)), (9, (0, 3)), (9, (7, 9)), (9, (4, 5))):
@@ -545,7 +546,8 @@ def test_the_hopper_forward_visits_every_pair_once_in_groups_of_heads(host_dir):
             in_run = order[first * heads:last * heads]
             assert np.array_equal(in_run[:, 1], np.repeat(np.arange(heads), last - first)), where  # head-major
             for part in (order[:first * heads], order[last * heads:]):
-                group_of = part[:, 1] // group
+                grouped = heads - min(heads, last_group)  # the last LAST_GROUP heads are one group
+                group_of = np.where(part[:, 1] < grouped, part[:, 1] // group, heads)
                 assert np.all(np.diff(group_of) >= 0), where  # one group after the other
                 for g in np.unique(group_of):
                     assert np.all(np.diff(part[group_of == g, 0]) >= 0), where  # inside a group, item-major
