@@ -25,7 +25,7 @@ ANCHORS = ["full", "causal", "shared_prompt", "hstu", "document", "rm_shared", "
 
 
 def pair_at(pair: int, items: int, run_first: int, run_last: int, tail: int) -> tuple[int, int]:
-    """The template's pair_at, with the rest's last `tail` heads one group (tail = HEAD_GROUP: main's order)."""
+    """The template's pair_at, with the rest's last `tail` heads one group (tail = HEAD_GROUP: main's order before fg4, which made it 4)."""
     run_begin, run_end = run_first * HEADS, run_last * HEADS
     if run_begin <= pair < run_end:
         run_items, in_run = run_last - run_first, pair - run_begin
@@ -61,16 +61,20 @@ def makespan_over_ideal(costs: list[float]) -> float:
     return max(finish) / (sum(costs) / MULTIPROCESSORS)
 
 
+def anchor(name: str):
+    """An anchor's plan at its example's default values: (descriptor, key tiles per item, its equal-length run)."""
+    compiled = compile_file(EXAMPLES / f"{name}.mask", KernelOptions(arch="sm_90a"))
+    values, layouts = compiled.bind([dict(line) for line in compiled.program.batch] or [{}])
+    desc = plan(compiled.program, layouts, values, compiled.tiles)
+    return desc, np.diff(desc.row_ptr).astype(float), *desc.longest_equal_run()
+
+
 def main():
     tails = (2, 4, 6, 8)
     print(f"{'workload':14s} fixed " + " ".join(f"{'G' + str(g):>7s}" for g in tails) + "  S1/8    S1/4    S1/2"
-          "  (G2: main's order; S: short items last, under 1/8, 1/4, 1/2 of the longest)")
+          "  (G2: main's order before fg4, G4: since; S: short items last, under 1/8, 1/4, 1/2 of the longest)")
     for name in ANCHORS:
-        compiled = compile_file(EXAMPLES / f"{name}.mask", KernelOptions(arch="sm_90a"))
-        values, layouts = compiled.bind([dict(line) for line in compiled.program.batch] or [{}])
-        desc = plan(compiled.program, layouts, values, compiled.tiles)
-        tiles = np.diff(desc.row_ptr).astype(float)
-        run_first, run_last = desc.longest_equal_run()
+        desc, tiles, run_first, run_last = anchor(name)
         for fixed in (1.0, 2.3):
             spans = []
             for g in tails:

@@ -19,12 +19,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "s47"))
-from forward_tail_model import (ANCHORS, EXAMPLES, HEAD_GROUP, HEADS, MULTIPROCESSORS,  # noqa: E402
+from forward_tail_model import (ANCHORS, HEAD_GROUP, HEADS, MULTIPROCESSORS, anchor,  # noqa: E402
                                 makespan_over_ideal, pair_at, short_items_last)
-
-from maskc.compiler import compile_file  # noqa: E402
-from maskc.kernels import KernelOptions  # noqa: E402
-from maskc.plan.planner import plan  # noqa: E402
 
 FIXED = 2.3  # key tiles' worth of an item's fixed cost (docs/hopper.md: ~3)
 TILE_BYTES = 128 * 128 * 2 * 2  # a key tile's K and V at head dim 128, bf16
@@ -40,9 +36,9 @@ def grouped_short_last(tiles: np.ndarray, run_first: int, run_last: int, thresho
     return order + [i for i in short for _ in range(HEADS)]
 
 
-def heads_of(items: list[int], tiles: np.ndarray, run_first: int, run_last: int, tail: int) -> list[int]:
-    """Each pair's head, for an order of items whose heads follow pair_at (main's G orders) or go item-major over
-    every head in the short pass: recovered by counting each item's pairs so far."""
+def heads_of(items: list[int]) -> list[int]:
+    """Each pair's head where an item's pairs take its heads in order (true of every order here): recovered by
+    counting each item's pairs so far."""
     seen = {}
     heads = []
     for i in items:
@@ -65,11 +61,7 @@ def main():
     print(f"{'workload':14s} {'order':5s} {'tail':>7s} {'L2 max':>8s} {'L2 mean':>8s}  (tail: makespan over a perfect "
           "split - 1; L2: MB the pairs in flight read)")
     for name in ANCHORS:
-        compiled = compile_file(EXAMPLES / f"{name}.mask", KernelOptions(arch="sm_90a"))
-        values, layouts = compiled.bind([dict(line) for line in compiled.program.batch] or [{}])
-        desc = plan(compiled.program, layouts, values, compiled.tiles)
-        tiles = np.diff(desc.row_ptr).astype(float)
-        run_first, run_last = desc.longest_equal_run()
+        desc, tiles, run_first, run_last = anchor(name)
         pairs = range(len(tiles) * HEADS)
         orders = {}
         for g in (2, 4):
@@ -77,7 +69,7 @@ def main():
             orders[f"G{g}"] = ([i for i, _ in chosen], [h for _, h in chosen])
         for label, make in (("S", short_items_last), ("SG", grouped_short_last)):
             items = make(tiles, run_first, run_last, tiles.max() / 4)
-            orders[label] = (items, heads_of(items, tiles, run_first, run_last, 0))
+            orders[label] = (items, heads_of(items))
         for label, (items, heads) in orders.items():
             span = makespan_over_ideal(list(tiles[items] + FIXED)) - 1
             top, mean = l2_proxy(items, heads, desc)
