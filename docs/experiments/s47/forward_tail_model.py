@@ -25,7 +25,8 @@ ANCHORS = ["full", "causal", "shared_prompt", "hstu", "document", "rm_shared", "
 
 
 def pair_at(pair: int, items: int, run_first: int, run_last: int, tail: int) -> tuple[int, int]:
-    """The template's pair_at, with the rest's last `tail` heads one group (tail = HEAD_GROUP: main's order before fg4, which made it 4)."""
+    """The template's pair_at, with the rest's last `tail` heads one group (tail = HEAD_GROUP: main's order before
+    fg4, which made it 4)."""
     run_begin, run_end = run_first * HEADS, run_last * HEADS
     if run_begin <= pair < run_end:
         run_items, in_run = run_last - run_first, pair - run_begin
