@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
-# The forty-eighth session's builds into .whl/ from a clean checkout of main (run from the repository root): main,
-# fg4 (docs/experiments/s47/fwd-last-group-four-heads.patch: the Hopper forward's last head group at four heads)
-# and sil (docs/experiments/s48/fwd-short-items-last.patch: the short items, a quarter of the longest or less, out
-# of their key groups into a last pass over every head; numpy planner only, so MASKC_NATIVE defaults to 0 there).
+# A wheel of main into .whl/main (and lark and click into .whl/deps), from a clean checkout, run from the repository
+# root: what docs/experiments/s48/table-call.sh installs. (The forty-eighth session built main at b9bcd06 with fg4 =
+# main + docs/experiments/s47/fwd-last-group-four-heads.patch, which landed as 168c3e5, and sil = main +
+# docs/experiments/s48/fwd-short-items-last.patch; both patches apply to b9bcd06, not to main since fg4.)
 source docs/experiments/wheel-builds.sh
 wheel main
-patched_wheel fg4 docs/experiments/s47/fwd-last-group-four-heads.patch
-patched_wheel sil docs/experiments/s48/fwd-short-items-last.patch
