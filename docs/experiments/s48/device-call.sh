@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The forty-eighth session's forward A/B (carry .whl; its wheels were main, fg4 and sil at b9bcd06, see
-# build-wheels.sh): the Hopper forward's tail, main against fg4 (its last head group at four heads) and sil (the short items in a last pass over
-# every head). docs/experiments/s47/device-call.sh with the builds as a variable:
+# build-wheels.sh): the Hopper forward's tail, main against fg4 (its last head group at four heads) and sil (the
+# short items in a last pass over every head). docs/experiments/s47/device-call.sh with the builds as a variable:
 #   1. the forward kernel under ncu at locked clocks (elapsed cycles) for each of BUILDS, the order turned round
 #      every other round, on each of WORKLOADS, ROUNDS times;
 #   2. each build but main: the forward GPU tests (tests/gpu/test_kernels.py), TESTS_S at most (TESTS=0: none);
