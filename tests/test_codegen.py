@@ -545,8 +545,8 @@ def test_the_hopper_forward_visits_every_pair_once_in_groups_of_heads(host_dir):
             first, last = run
             in_run = order[first * heads:last * heads]
             assert np.array_equal(in_run[:, 1], np.repeat(np.arange(heads), last - first)), where  # head-major
+            grouped = heads - min(heads, last_group)  # the last LAST_GROUP heads are one group
             for part in (order[:first * heads], order[last * heads:]):
-                grouped = heads - min(heads, last_group)  # the last LAST_GROUP heads are one group
                 group_of = np.where(part[:, 1] < grouped, part[:, 1] // group, heads)
                 assert np.all(np.diff(group_of) >= 0), where  # one group after the other
                 for g in np.unique(group_of):
