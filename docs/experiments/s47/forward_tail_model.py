@@ -43,16 +43,19 @@ def pair_at(pair: int, items: int, run_first: int, run_last: int, tail: int) -> 
         head_first += heads
 
 
-def short_items_last(tiles: np.ndarray, run_first: int, run_last: int, threshold: float) -> list[int]:
+def short_items_last(tiles: np.ndarray, run_first: int, run_last: int, threshold: float,
+                     longest_first: bool = True) -> list[int]:
     """Each pair's item in a different order: main's over the items longer than `threshold` key tiles (and the
-    equal-length run), then the short ones longest first, each item's HEADS heads side by side: a last pass of many
-    short pairs, which read few keys (so all heads at once stay in L2)."""
+    equal-length run), then the short ones longest first (or, `longest_first` false, in the descriptor's order: their
+    key groups together), each item's HEADS heads side by side: a last pass of many short pairs, which read few keys
+    (so all heads at once stay in L2)."""
     short = [i for i in range(len(tiles)) if not run_first <= i < run_last and tiles[i] <= threshold]
     keep = [i for i in range(len(tiles)) if tiles[i] > threshold or run_first <= i < run_last]
     first = keep.index(run_first) if run_last > run_first else 0
     order = [keep[pair_at(k, len(keep), first, first + run_last - run_first, HEAD_GROUP)[0]]
              for k in range(len(keep) * HEADS)]
-    return order + [i for i in sorted(short, key=lambda i: -tiles[i]) for _ in range(HEADS)]
+    last_pass = sorted(short, key=lambda i: -tiles[i]) if longest_first else short
+    return order + [i for i in last_pass for _ in range(HEADS)]
 
 
 def makespan_over_ideal(costs: list[float]) -> float:

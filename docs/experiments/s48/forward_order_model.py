@@ -19,21 +19,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "s47"))
-from forward_tail_model import (ANCHORS, HEAD_GROUP, HEADS, MULTIPROCESSORS, anchor,  # noqa: E402
-                                makespan_over_ideal, pair_at, short_items_last)
+from forward_tail_model import (ANCHORS, HEADS, MULTIPROCESSORS, anchor, makespan_over_ideal,  # noqa: E402
+                                pair_at, short_items_last)
 
 FIXED = 2.3  # key tiles' worth of an item's fixed cost (docs/hopper.md: ~3)
 TILE_BYTES = 128 * 128 * 2 * 2  # a key tile's K and V at head dim 128, bf16
-
-
-def grouped_short_last(tiles: np.ndarray, run_first: int, run_last: int, threshold: float) -> list[int]:
-    """short_items_last with the short items in the descriptor's order (their key groups together)."""
-    short = [i for i in range(len(tiles)) if not run_first <= i < run_last and tiles[i] <= threshold]
-    keep = [i for i in range(len(tiles)) if tiles[i] > threshold or run_first <= i < run_last]
-    first = keep.index(run_first) if run_last > run_first else 0
-    order = [keep[pair_at(k, len(keep), first, first + run_last - run_first, HEAD_GROUP)[0]]
-             for k in range(len(keep) * HEADS)]
-    return order + [i for i in short for _ in range(HEADS)]
 
 
 def heads_of(items: list[int]) -> list[int]:
@@ -67,8 +57,8 @@ def main():
         for g in (2, 4):
             chosen = [pair_at(k, len(tiles), run_first, run_last, g) for k in pairs]
             orders[f"G{g}"] = ([i for i, _ in chosen], [h for _, h in chosen])
-        for label, make in (("S", short_items_last), ("SG", grouped_short_last)):
-            items = make(tiles, run_first, run_last, tiles.max() / 4)
+        for label, longest_first in (("S", True), ("SG", False)):
+            items = short_items_last(tiles, run_first, run_last, tiles.max() / 4, longest_first)
             orders[label] = (items, heads_of(items))
         for label, (items, heads) in orders.items():
             span = makespan_over_ideal(list(tiles[items] + FIXED)) - 1
